@@ -1,0 +1,3 @@
+from rnnexp.cli import main
+
+main()

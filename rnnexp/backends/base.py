@@ -1,0 +1,44 @@
+"""What every backend does: say whether it can run a model here, how to build it, and the
+process flags it needs while the model is verified and timed."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import ContextManager
+
+import torch
+
+from rnnexp.errors import UnsupportedError
+from rnnexp.platform import Platform
+from rnnexp.schema import ModelConfig
+from rnnexp.workload import Workload
+
+
+class Backend:
+    name = "base"
+
+    def __init__(self, plat: Platform, device: torch.device, **options):
+        self.plat = plat
+        self.device = device
+        self.options = options
+
+    def check(self, model_name: str, model: ModelConfig) -> None:
+        """Raise UnsupportedError with a one-line reason if this model cannot run here."""
+
+    def script(self, model: ModelConfig) -> bool:
+        """Whether the model's factory should TorchScript it (fastrnns scripts `jit*` models
+        under every backend that is not `inductor`)."""
+        return model.form == "loop"
+
+    def context(self) -> ContextManager:
+        return contextlib.nullcontext()
+
+    def prepare(self, workload: Workload) -> Workload:
+        return workload
+
+    def info(self) -> dict:
+        """Versions and flags that identify what actually ran."""
+        return {"name": self.name}
+
+    def refuse(self, reason: str) -> None:
+        raise UnsupportedError(f"backend={self.name} {reason}")

@@ -1,0 +1,68 @@
+"""`python -m rnnexp`: the Hydra app. Glue only — config checks, the job, the sinks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra._internal.utils import get_args_parser
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+from rich.markup import escape
+
+from rnnexp import config_check, job, schema
+from rnnexp.errors import RnnexpError
+from rnnexp.report import RichProgress, console, err_console, results_table
+from rnnexp.results import UNSUPPORTED, Result
+
+EXIT_USER_ERROR = 2
+
+
+def fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    sys.exit(EXIT_USER_ERROR)
+
+
+def _declined(cfg: DictConfig, choices: dict, overrides: list, reason: str) -> Result:
+    return Result(choices=choices, overrides=overrides, config=job.plain_config(cfg),
+                  status=UNSUPPORTED, reason=reason)
+
+
+@hydra.main(version_base="1.3", config_path=str(config_check.CONF_DIR),
+            config_name=config_check.CONFIG_NAME)
+def hydra_main(cfg: DictConfig) -> str:
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/")}
+    overrides = list(hc.overrides.task)
+    output_dir = Path(hc.runtime.output_dir)
+    try:
+        planned = job.plan(schema.validate(cfg), choices, overrides)
+        label = "·".join(choices.get(k, "?") for k in ("model", "backend", "shape"))
+        with RichProgress(label) as progress:
+            result = job.execute(planned, progress=progress)
+    except RnnexpError as err:
+        if not multirun:
+            fail(str(err))
+        # In a sweep, a combination that cannot run is reported and the sweep goes on.
+        err_console.print(f"[yellow]declined:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+        result = _declined(cfg, choices, overrides, str(err))
+    result.save(output_dir)
+    console.print(results_table([result]))
+    console.print(f"results: {output_dir / 'results.json'}", highlight=False)
+    return result.status
+
+
+def main() -> None:
+    schema.register()
+    args, _ = get_args_parser().parse_known_args()
+    informational = args.help or args.hydra_help or args.info or args.cfg or \
+        args.shell_completion
+    if not informational:
+        try:
+            config_check.check(args.overrides, multirun=args.multirun)
+        except RnnexpError as err:
+            fail(str(err))
+    hydra_main()

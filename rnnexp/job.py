@@ -1,0 +1,109 @@
+"""One job in two steps.
+
+`plan` resolves the device and backend and checks that the combination can run — it builds
+nothing and times nothing, so every refusal comes before any timing (the support matrix uses
+the same function). `execute` builds the model, verifies it, times it and summarises.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from rnnexp import platform as platform_mod
+from rnnexp.backends.base import Backend
+from rnnexp.device import device_name, resolve_device, torch_dtype
+from rnnexp.errors import ConfigError
+from rnnexp.results import INVALID, OK, Result, phase_summaries
+from rnnexp.schema import Config
+from rnnexp.timing import Progress, clock_for, measure
+from rnnexp.verify import Verification, verify
+from rnnexp.workload import Workload, WorkloadSpec
+
+
+@dataclass
+class Plan:
+    cfg: Config
+    choices: dict[str, str]
+    overrides: list[str]
+    plat: platform_mod.Platform
+    device: torch.device
+    backend: Backend
+    spec: WorkloadSpec
+
+
+def make_backend(cfg: Config, plat: platform_mod.Platform, device: torch.device) -> Backend:
+    # Partial first: Hydra would otherwise turn the Platform dataclass into a config node.
+    factory = instantiate(OmegaConf.structured(cfg.backend), _partial_=True)
+    return factory(plat=plat, device=device)
+
+
+def build_workload(cfg: Config, spec: WorkloadSpec) -> Workload:
+    try:
+        factory = instantiate(OmegaConf.create(cfg.model.build), _partial_=True)
+        return factory(spec)
+    except TypeError as err:
+        raise ConfigError("model.build", str(err)) from None
+
+
+def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
+         plat: Optional[platform_mod.Platform] = None) -> Plan:
+    """Everything decided before timing; raises UnsupportedError/ConfigError with a reason."""
+    plat = plat or platform_mod.current()
+    device = resolve_device(cfg.device, plat)
+    backend = make_backend(cfg, plat, device)
+    backend.check(choices.get("model", "?"), cfg.model)
+    spec = WorkloadSpec(shape=cfg.shape, device=device, dtype=torch_dtype(cfg.dtype),
+                        seed=cfg.seed, script=backend.script(cfg.model),
+                        requires_grad=cfg.bench.backward)
+    return Plan(cfg, dict(choices), list(overrides), plat, device, backend, spec)
+
+
+def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
+    cfg, spec = p.cfg, p.spec
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    if cfg.bench.num_threads:
+        torch.set_num_threads(cfg.bench.num_threads)
+    with p.backend.context():
+        workload = p.backend.prepare(build_workload(cfg, spec))
+        if cfg.bench.verify:
+            verification = verify(workload, spec.dtype, backward=cfg.bench.backward)
+        else:
+            verification = Verification("skipped", detail="bench.verify=false")
+        clock = clock_for(p.device)
+        samples = measure(workload, warmup=cfg.bench.warmup, iters=cfg.bench.iters, clock=clock,
+                          backward=cfg.bench.backward, progress=progress)
+
+    no_backward = workload.no_backward_reason or ("" if cfg.bench.backward
+                                                   else "bench.backward=false")
+    return Result(
+        choices=p.choices,
+        overrides=p.overrides,
+        config=plain_config(cfg),
+        status=OK if verification.ok else INVALID,
+        reason="" if verification.ok else f"verification failed: {verification.detail}",
+        device=str(p.device),
+        device_name=device_name(p.device, p.plat),
+        dtype=cfg.dtype.value,
+        backend=p.backend.info(),
+        verification=verification.as_dict(),
+        work=asdict(workload.work),
+        phases=phase_summaries(samples, workload.work, no_backward),
+        platform=p.plat.as_dict(),
+        timing={"clock": clock.name, "warmup": cfg.bench.warmup, "iters": cfg.bench.iters,
+                "threads": torch.get_num_threads()},
+        started_at=started.isoformat(timespec="seconds"),
+        duration_s=time.perf_counter() - t0,
+    )
+
+
+def plain_config(cfg: Any) -> dict[str, Any]:
+    node = cfg if OmegaConf.is_config(cfg) else OmegaConf.structured(cfg)
+    return OmegaConf.to_container(node, resolve=True, enum_to_str=True)

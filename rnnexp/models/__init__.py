@@ -1,0 +1,1 @@
+"""Model factories: each returns a Workload for a WorkloadSpec. They know nothing of tracking."""

@@ -1,0 +1,51 @@
+"""Seeded weights and inputs shared by every LSTM/GRU formulation.
+
+Everything is drawn on the CPU in float32 from the seed, then cast and moved, so a model and
+its float64 CPU reference hold exactly the same values whatever the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from rnnexp.workload import WorkloadSpec
+
+REFERENCE_DTYPE = torch.float64
+
+
+def reference_spec(spec: WorkloadSpec) -> WorkloadSpec:
+    """The spec of the reference: same sizes and seed, float64 on the CPU, never scripted."""
+    return replace(spec, device=torch.device("cpu"), dtype=REFERENCE_DTYPE, script=False,
+                   requires_grad=True)
+
+
+def native_rnn(spec: WorkloadSpec, kind: str = "LSTM", dropout: float = 0.0) -> nn.RNNBase:
+    """nn.LSTM / nn.GRU with default init under the seed, cast to the spec's device/dtype."""
+    cls = {"LSTM": nn.LSTM, "GRU": nn.GRU}[kind]
+    s = spec.shape
+    torch.manual_seed(spec.seed)
+    module = cls(s.input_size, s.hidden_size, s.num_layers, dropout=dropout)
+    module.requires_grad_(spec.requires_grad)
+    return module.to(device=spec.device, dtype=spec.dtype)
+
+
+def sequence_inputs(spec: WorkloadSpec, states: int = 2) -> tuple[torch.Tensor, ...]:
+    """x [T, B, I] and `states` initial states [L, B, H] (h, c for LSTM; h for GRU)."""
+    s = spec.shape
+    gen = torch.Generator().manual_seed(spec.seed + 17)
+    x = torch.randn(s.seq_len, s.batch_size, s.input_size, generator=gen)
+    hs = [torch.randn(s.num_layers, s.batch_size, s.hidden_size, generator=gen)
+          for _ in range(states)]
+    return tuple(t.to(device=spec.device, dtype=spec.dtype) for t in (x, *hs))
+
+
+def detached_params(module: nn.Module, spec: WorkloadSpec) -> list[torch.Tensor]:
+    """Copies of a module's parameters in nn.LSTM order (w_ih, w_hh, b_ih, b_hh per layer)."""
+    return [p.detach().clone().requires_grad_(spec.requires_grad) for p in module.parameters()]
+
+
+def elem_bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()

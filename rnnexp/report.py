@@ -1,0 +1,95 @@
+"""Console output: the rich progress bar of a timing loop and the results table."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rnnexp.results import OK, Result
+
+# Logs and CI are not terminals; give tables room there instead of rich's 80 columns.
+console = Console(width=None if Console().is_terminal else 160)
+err_console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 160)
+
+
+class RichProgress:
+    """A progress bar per phase (warmup, timed) of one job; implements timing.Progress."""
+
+    def __init__(self, label: str, console: Console = console):
+        self._label = label
+        self._bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task: Optional[int] = None
+
+    def __enter__(self) -> "RichProgress":
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._bar.stop()
+
+    def phase(self, name: str, total: int) -> None:
+        if self._task is not None:
+            self._bar.update(self._task, completed=self._bar.tasks[self._task].total)
+        self._task = self._bar.add_task(f"{self._label} {name}", total=total)
+
+    def advance(self) -> None:
+        if self._task is not None:
+            self._bar.advance(self._task)
+
+
+def _ms(phase: dict) -> str:
+    if "median_ms" not in phase:
+        return "n/a"
+    return f"{phase['median_ms']:.3f} ± {phase['iqr_ms'] / 2:.3f}"
+
+
+def _verified(result: Result) -> str:
+    v = result.verification
+    status = v.get("status", "")
+    err = v.get("max_abs_error")
+    if status == "passed":
+        return f"[green]✓[/] {err:.1e}"
+    if status == "failed":
+        return f"[red]✗[/] {err:.1e}" if err is not None else "[red]✗[/]"
+    return status or "—"
+
+
+def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
+    table = Table(title=title, caption="times: median ± IQR/2 in ms; rates at the median of "
+                                       "forward+backward (forward alone if no backward)")
+    for col in ("model", "backend", "shape", "device", "dtype"):
+        table.add_column(col)
+    for col in ("fwd ms", "bwd ms", "tokens/s", "GFLOP/s", "GB/s"):
+        table.add_column(col, justify="right")
+    table.add_column("verified")
+    table.add_column("status")
+    for r in results:
+        if r.status not in (OK,) and not r.phases:
+            table.add_row(r.choices.get("model", "?"), r.choices.get("backend", "?"),
+                          r.choices.get("shape", "?"), r.device or "—", r.dtype or "—",
+                          "—", "—", "—", "—", "—", "—", f"[yellow]{r.status}[/]: {escape(r.reason)}")
+            continue
+        rate = r.phases.get("total") or r.phases["forward"]
+        backend = r.choices.get("backend", "?")
+        resolved = r.backend.get("name")
+        if resolved and resolved != backend:
+            backend = f"{backend}→{resolved}"
+        status = "[green]ok[/]" if r.status == OK else f"[red]{r.status}[/]"
+        table.add_row(
+            r.choices.get("model", "?"), backend, r.choices.get("shape", "?"), r.device,
+            r.dtype, _ms(r.phases["forward"]), _ms(r.phases.get("backward", {})),
+            f"{rate['tokens_per_s']:,.0f}", f"{rate['gflops']:.2f}", f"{rate['gbps']:.2f}",
+            _verified(r), status,
+        )
+    return table

@@ -1,0 +1,155 @@
+"""Structured-config schemas: OmegaConf checks types at composition, `__post_init__` checks ranges.
+
+Every YAML option under conf/<group>/ names its schema in its defaults list
+(`/schema/<group>/<kind>@_here_`), so a wrong type or an unknown key fails while Hydra
+composes, and `validate()` turns the composed config into these dataclasses, which rejects
+out-of-range values before anything is built or timed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from rnnexp.errors import ConfigError
+
+
+class DeviceKind(Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class DType(Enum):
+    float32 = "float32"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+def _at_least(obj: Any, minimum: int, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value < minimum:
+            raise ConfigError(name, f"must be ≥ {minimum}, got {value}")
+
+
+@dataclass
+class ShapeConfig:
+    seq_len: int = 100
+    num_layers: int = 1
+    input_size: int = 512
+    hidden_size: int = 512
+    batch_size: int = 64
+    # Variable-length models draw each sequence's length uniformly from [min_len, max_len].
+    min_len: int = 30
+    max_len: int = 100
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "seq_len", "num_layers", "input_size", "hidden_size", "batch_size",
+                  "min_len", "max_len")
+        if self.min_len > self.max_len:
+            raise ConfigError("min_len", f"{self.min_len} exceeds max_len={self.max_len}",
+                              "choose min_len ≤ max_len")
+
+
+@dataclass
+class BenchConfig:
+    warmup: int = 10
+    iters: int = 100
+    # Time the backward pass too (forward-only models ignore this).
+    backward: bool = True
+    # Compare outputs and gradients with the reference before timing.
+    verify: bool = True
+    # torch.set_num_threads for CPU runs; null keeps PyTorch's default.
+    num_threads: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _at_least(self, 0, "warmup")
+        _at_least(self, 1, "iters", "num_threads")
+
+
+@dataclass
+class DeviceConfig:
+    kind: DeviceKind = DeviceKind.auto
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        _at_least(self, 0, "index")
+
+
+@dataclass
+class ModelConfig:
+    # The factory and its options: `_target_` is called as factory(spec, **options) and
+    # returns a Workload. Options are model-specific, so this node is free-form.
+    build: Dict[str, Any] = MISSING
+    # What the reference and work counts are: "lstm", "gru" or "eltwise".
+    family: str = "lstm"
+    # "module": a torch module run as is (nn.LSTM); "loop": a cell loop that TorchScript
+    # backends script and inductor compiles; "eager": Python that is never scripted.
+    form: str = "module"
+    # The model to suggest when a backend refuses this one (e.g. py -> jit).
+    twin: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        forms = ("module", "loop", "eager")
+        if self.form not in forms:
+            raise ConfigError("form", f"'{self.form}' is not one of {', '.join(forms)}")
+        if "_target_" not in self.build:
+            raise ConfigError("build._target_", "missing", "name the model's factory")
+
+
+@dataclass
+class BackendConfig:
+    # Backend class; instantiated with these fields.
+    _target_: str = MISSING
+    # cudnn: let cuDNN autotune its algorithms (torch.backends.cudnn.benchmark).
+    cudnn_benchmark: bool = False
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = False
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    backend: BackendConfig = MISSING
+    shape: ShapeConfig = MISSING
+    device: DeviceConfig = MISSING
+    bench: BenchConfig = MISSING
+    tracking: Any = field(default_factory=TrackingConfig)
+    dtype: DType = DType.float32
+    seed: int = 0
+
+
+_GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+    "model": {"base": ModelConfig},
+    "backend": {"base": BackendConfig},
+    "shape": {"base": ShapeConfig},
+    "device": {"base": DeviceConfig},
+    "bench": {"base": BenchConfig},
+}
+
+
+def register(extra: dict[str, dict[str, type]] | None = None) -> None:
+    """Store the schemas where the YAML defaults lists look for them."""
+    cs = ConfigStore.instance()
+    cs.store(name="rnnexp_schema", node=Config)
+    for group, kinds in {**_GROUP_SCHEMAS, **(extra or {})}.items():
+        for kind, node in kinds.items():
+            cs.store(group=f"schema/{group}", name=kind, node=node)
+
+
+def validate(cfg: DictConfig) -> Config:
+    """Build the dataclasses (running the range checks); errors name the full field."""
+    for group in ("model", "backend", "shape", "device", "bench", "tracking"):
+        try:
+            OmegaConf.to_object(cfg[group])
+        except ConfigError as err:
+            raise ConfigError(f"{group}.{err.field}", str(err).split(": ", 1)[1]) from None
+    return OmegaConf.to_object(cfg)  # type: ignore[return-value]

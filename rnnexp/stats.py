@@ -1,0 +1,41 @@
+"""Summary statistics and rates of per-iteration samples (numpy does the arithmetic)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
+    """Median and spread of samples in milliseconds."""
+    a = np.asarray(samples_ms, dtype=np.float64)
+    if a.size == 0:
+        raise ValueError("no samples to summarize")
+    p10, p25, p50, p75, p90 = np.percentile(a, [10, 25, 50, 75, 90])
+    mean = float(a.mean())
+    std = float(a.std(ddof=1)) if a.size > 1 else 0.0
+    return {
+        "median_ms": float(p50),
+        "iqr_ms": float(p75 - p25),
+        "mean_ms": mean,
+        "std_ms": std,
+        "min_ms": float(a.min()),
+        "max_ms": float(a.max()),
+        "p10_ms": float(p10),
+        "p90_ms": float(p90),
+        "cv": std / mean if mean else float("nan"),
+        "n": int(a.size),
+    }
+
+
+def rates(median_ms: float, *, tokens: int, flops: float, nbytes: float) -> dict[str, float]:
+    """Throughput at the median time: tokens/s, GFLOP/s, GB/s."""
+    seconds = median_ms / 1e3
+    if seconds <= 0:
+        return {"tokens_per_s": float("nan"), "gflops": float("nan"), "gbps": float("nan")}
+    return {
+        "tokens_per_s": tokens / seconds,
+        "gflops": flops / seconds / 1e9,
+        "gbps": nbytes / seconds / 1e9,
+    }
