@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from rnnexp.errors import ConfigError
 
@@ -152,4 +152,8 @@ def validate(cfg: DictConfig) -> Config:
             OmegaConf.to_object(cfg[group])
         except ConfigError as err:
             raise ConfigError(f"{group}.{err.field}", str(err).split(": ", 1)[1]) from None
+    if "hydra" in cfg:  # composed with return_hydra_config: not part of the app's config
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            del cfg["hydra"]
     return OmegaConf.to_object(cfg)  # type: ignore[return-value]

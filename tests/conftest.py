@@ -1,0 +1,55 @@
+"""Shared test helpers: compose configs like the CLI does, and run the CLI for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from rnnexp import schema
+from rnnexp.config_check import CONF_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+schema.register()
+
+# Tiny sizes: every model runs forward+backward in milliseconds.
+TINY = ["shape=small", "bench=quick"]
+
+
+def compose_cfg(overrides: Sequence[str] = ()):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+
+
+def choices_of(cfg) -> dict[str, str]:
+    return {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
+
+
+@pytest.fixture
+def run_cli(tmp_path):
+    """Run `python -m rnnexp ARGS` in a subprocess with outputs under tmp_path."""
+
+    def _run(*args: str, multirun: bool = False, env: dict | None = None,
+             timeout: float = 300) -> subprocess.CompletedProcess:
+        dirs = [f"hydra.sweep.dir={tmp_path}/sweep"] if multirun else \
+            [f"hydra.run.dir={tmp_path}/run"]
+        cmd = [sys.executable, "-m", "rnnexp", *(["-m"] if multirun else []), *args, *dirs]
+        full_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                              env=full_env)
+
+    return _run
+
+
+def load_results(folder: Path) -> dict:
+    return json.loads((Path(folder) / "results.json").read_text())
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

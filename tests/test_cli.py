@@ -1,0 +1,71 @@
+"""End to end: `python -m rnnexp` as a user runs it."""
+
+import json
+
+from tests.conftest import TINY, load_results
+
+
+def test_small_run_prints_table_and_writes_results(run_cli, tmp_path):
+    proc = run_cli(*TINY)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "fwd ms" in out and "bwd ms" in out and "lstm" in out
+    assert "timed" in out  # the progress bar
+    data = load_results(tmp_path / "run")
+    assert data["status"] == "ok"
+    assert data["choices"]["model"] == "lstm" and data["choices"]["backend"] == "auto"
+    assert data["backend"]["name"] == "aten"  # auto on a CPU
+    assert data["device"] == "cpu" and data["device_name"]
+    assert data["verification"]["status"] == "passed"
+    for phase in ("forward", "backward", "total"):
+        p = data["phases"][phase]
+        assert len(p["samples_ms"]) == p["n"] == 3
+        assert p["min_ms"] <= p["median_ms"] <= max(p["samples_ms"])
+        for key in ("iqr_ms", "mean_ms", "std_ms", "p10_ms", "p90_ms", "cv", "tokens_per_s",
+                    "gflops", "gbps"):
+            assert key in p
+    assert data["platform"]["torch_version"]
+    assert data["config"]["shape"]["hidden_size"] == 32
+    assert data["overrides"] == TINY
+
+
+def test_bad_value_is_one_line_and_nothing_runs(run_cli, tmp_path):
+    proc = run_cli("shape.hidden_size=-3")
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines == ["error: shape.hidden_size: must be ≥ 1, got -3"]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_model_is_one_line(run_cli):
+    proc = run_cli("model=nope")
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: model=nope: no such option")
+
+
+def test_unavailable_backend_is_declined_before_timing(run_cli, tmp_path):
+    proc = run_cli(*TINY, "backend=cudnn")
+    assert proc.returncode == 2
+    assert "backend=cudnn needs a CUDA build" in proc.stderr
+    assert "timed" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_sweep_runs_each_job_and_declines_what_cannot_run(run_cli, tmp_path):
+    proc = run_cli("model=lstm,py", "backend=aten,cudnn", *TINY, multirun=True)
+    assert proc.returncode == 0, proc.stderr
+    results = [json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").glob("*/results.json"))]
+    assert len(results) == 4
+    by_status = {}
+    for r in results:
+        by_status.setdefault(r["status"], []).append(r["choices"]["backend"])
+    assert sorted(by_status["ok"]) == ["aten", "aten"]
+    assert sorted(by_status["unsupported"]) == ["cudnn", "cudnn"]
+
+
+def test_bad_job_in_sweep_stops_it_before_any_job_runs(run_cli, tmp_path):
+    proc = run_cli("model=lstm,nope", *TINY, multirun=True)
+    assert proc.returncode == 2
+    assert not list((tmp_path).glob("sweep/*/results.json"))

@@ -1,0 +1,80 @@
+"""Config composition and validation: bad input fails before anything runs, in one line."""
+
+import pytest
+
+from rnnexp.config_check import check, expand_jobs
+from rnnexp.errors import ConfigError, RnnexpError
+from rnnexp.schema import DeviceKind, DType, validate
+from tests.conftest import choices_of, compose_cfg
+
+
+def test_defaults_compose_to_fastrnns_shape():
+    cfg = compose_cfg()
+    assert choices_of(cfg)["model"] == "lstm"
+    assert choices_of(cfg)["backend"] == "auto"
+    typed = validate(cfg)
+    s = typed.shape
+    assert (s.seq_len, s.num_layers, s.input_size, s.hidden_size, s.batch_size) == \
+        (100, 1, 512, 512, 64)
+    assert typed.device.kind is DeviceKind.auto
+    assert typed.dtype is DType.float32
+    assert (typed.bench.warmup, typed.bench.iters) == (10, 100)
+
+
+def test_every_shape_field_is_overridable():
+    fields = {"seq_len": 7, "num_layers": 3, "input_size": 5, "hidden_size": 6,
+              "batch_size": 2, "min_len": 2, "max_len": 4}
+    typed = validate(compose_cfg([f"shape.{k}={v}" for k, v in fields.items()]))
+    assert {k: getattr(typed.shape, k) for k in fields} == fields
+
+
+@pytest.mark.parametrize("override, field", [
+    ("shape.hidden_size=-3", "shape.hidden_size"),
+    ("shape.batch_size=0", "shape.batch_size"),
+    ("bench.iters=0", "bench.iters"),
+    ("bench.warmup=-1", "bench.warmup"),
+    ("device.index=-1", "device.index"),
+])
+def test_out_of_range_values_name_the_field(override, field):
+    with pytest.raises(ConfigError) as err:
+        check([override], multirun=False)
+    assert str(err.value).startswith(field + ":")
+    assert "\n" not in str(err.value)
+
+
+def test_min_len_above_max_len_is_refused():
+    with pytest.raises(ConfigError, match="shape.min_len"):
+        check(["shape.min_len=50", "shape.max_len=40"], multirun=False)
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("model=nope", "model=nope: no such option — choose one of: "),
+    ("shape.hidden_size=abc", "shape.hidden_size: Value 'abc'"),
+    ("shape.foo=1", "shape.foo: no such field in shape"),
+    ("dtype=float64", "expected one of [float32, float16, bfloat16]"),
+    ("device.kind=tpu", "expected one of [auto, cpu, cuda]"),
+])
+def test_composition_errors_are_one_line(override, expected):
+    with pytest.raises(RnnexpError) as err:
+        check([override], multirun=False)
+    message = str(err.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_unknown_model_lists_the_options():
+    with pytest.raises(RnnexpError) as err:
+        check(["model=nope"], multirun=False)
+    assert "lstm" in str(err.value) and "jit" in str(err.value)
+
+
+def test_sweep_is_expanded_and_every_job_checked_before_any_runs():
+    jobs = expand_jobs(["model=lstm,jit", "shape=small"], multirun=True)
+    assert sorted(jobs) == sorted([["model=lstm", "shape=small"], ["model=jit", "shape=small"]])
+    with pytest.raises(RnnexpError, match="model=nope"):
+        check(["model=lstm,nope"], multirun=True)
+
+
+def test_hydra_overrides_are_left_to_hydra():
+    assert expand_jobs(["hydra.run.dir=/x", "hydra/launcher=joblib", "model=py"], False) == \
+        [["model=py"]]

@@ -1,0 +1,130 @@
+"""The timer on a synthetic workload driven by a fake clock: counts, units, phase separation."""
+
+import gc
+
+import pytest
+
+from rnnexp import stats
+from rnnexp.timing import PerfCounterClock, measure
+
+
+class FakeClock:
+    """Time advances only when the synthetic workload says so (milliseconds)."""
+
+    name = "fake"
+
+    def __init__(self):
+        self.now_ms = 0.0
+        self.syncs = 0
+
+    def mark(self):
+        return self.now_ms
+
+    def sync(self):
+        self.syncs += 1
+
+    def elapsed_ms(self, start, end):
+        return end - start
+
+
+class Synthetic:
+    """Forward costs 2 ms, backward set-up 100 ms, backward 5 ms, zero_grad 50 ms."""
+
+    def __init__(self, clock, backward=True):
+        self.clock = clock
+        self.has_backward = backward
+        self.calls = {"forward": 0, "setup": 0, "backward": 0, "zero_grad": 0}
+        self.gc_enabled_in_forward = []
+        self.backward_setup = self._setup if backward else None
+        self.backward = self._backward if backward else None
+
+    def run_forward(self):
+        self.calls["forward"] += 1
+        self.gc_enabled_in_forward.append(gc.isenabled())
+        self.clock.now_ms += 2.0
+        return "out"
+
+    def _setup(self, out):
+        assert out == "out"
+        self.calls["setup"] += 1
+        self.clock.now_ms += 100.0
+        return ("grad",)
+
+    def _backward(self, grad):
+        assert grad == "grad"
+        self.calls["backward"] += 1
+        self.clock.now_ms += 5.0
+
+    def zero_grad(self):
+        self.calls["zero_grad"] += 1
+        self.clock.now_ms += 50.0
+
+
+def test_counts_units_and_separated_phases():
+    clock = FakeClock()
+    work = Synthetic(clock)
+    samples = measure(work, warmup=3, iters=7, clock=clock)
+    assert work.calls["forward"] == 10 and work.calls["backward"] == 10
+    assert len(samples.forward_ms) == 7 and len(samples.backward_ms) == 7
+    # set-up (100 ms) and zeroing (50 ms) never leak into the timed phases
+    assert samples.forward_ms == [2.0] * 7
+    assert samples.backward_ms == [5.0] * 7
+    assert samples.total_ms == [7.0] * 7
+    assert clock.syncs >= 10  # the device is drained every iteration
+
+
+def test_forward_only_workload_times_no_backward():
+    clock = FakeClock()
+    work = Synthetic(clock, backward=False)
+    samples = measure(work, warmup=1, iters=4, clock=clock)
+    assert samples.backward_ms == [] and samples.forward_ms == [2.0] * 4
+
+
+def test_backward_can_be_switched_off():
+    clock = FakeClock()
+    work = Synthetic(clock)
+    samples = measure(work, warmup=0, iters=2, clock=clock, backward=False)
+    assert work.calls["backward"] == 0 and samples.backward_ms == []
+
+
+def test_gc_is_off_while_timing_and_restored():
+    clock = FakeClock()
+    work = Synthetic(clock)
+    assert gc.isenabled()
+    measure(work, warmup=1, iters=2, clock=clock)
+    assert work.gc_enabled_in_forward == [False] * 3
+    assert gc.isenabled()
+
+
+def test_progress_reports_both_phases():
+    events = []
+
+    class Recorder:
+        def phase(self, name, total):
+            events.append((name, total))
+
+        def advance(self):
+            events.append("step")
+
+    clock = FakeClock()
+    measure(Synthetic(clock), warmup=2, iters=3, clock=clock, progress=Recorder())
+    assert events[0] == ("warmup", 2)
+    assert ("timed", 3) in events and events.count("step") == 5
+
+
+def test_perf_counter_clock_is_in_milliseconds():
+    clock = PerfCounterClock()
+    assert clock.elapsed_ms(1.0, 1.5) == pytest.approx(500.0)
+
+
+def test_statistics_and_rates():
+    s = stats.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s["median_ms"] == 3.0 and s["n"] == 5 and s["min_ms"] == 1.0
+    assert s["iqr_ms"] == pytest.approx(2.0)
+    assert s["p10_ms"] < s["median_ms"] < s["p90_ms"]
+    assert s["cv"] == pytest.approx(s["std_ms"] / s["mean_ms"])
+    r = stats.rates(2.0, tokens=1000, flops=4e9, nbytes=2e9)
+    assert r["tokens_per_s"] == pytest.approx(500_000)
+    assert r["gflops"] == pytest.approx(2000) and r["gbps"] == pytest.approx(1000)
+    with pytest.raises(ValueError):
+        stats.summarize([])
