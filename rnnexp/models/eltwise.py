@@ -1,0 +1,130 @@
+"""tensorexpr's element-wise LSTM tail (`rnn_eltwise`, `dynamic_lstm`) as workloads.
+
+The five inputs — input, hx ([b, 4h] already-multiplied gate blocks), cx ([b, h]), b_ih and
+b_hh (full [b, 4h] matrices, as upstream) — are the leaves whose gradients the backward
+computes. Upstream could only run forward (its backward set-up called rand_like on the
+(hy, cy) tuple); here both outputs are back-propagated with seeded gradients.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, List, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from rnnexp.errors import ConfigError
+from rnnexp.models.cells import lstm_tail
+from rnnexp.models.inputs import elem_bytes
+from rnnexp.models.loops import script
+from rnnexp.models.work import eltwise_work
+from rnnexp.workload import Work, Workload, WorkloadSpec, seeded_grad_like
+
+# tensorexpr's DynamicShape: dims scaled by U(1/1.2, 1) over a pool of pre-built samples.
+DYNAMIC_RANGE = 1.2
+POOL_SIZE = 100
+
+
+class LSTMEltwise(nn.Module):
+    def forward(self, input: Tensor, hx: Tensor, cx: Tensor, b_ih: Tensor, b_hh: Tensor
+                ) -> Tuple[Tensor, Tensor]:
+        return lstm_tail(input + hx + b_ih + b_hh, cx)
+
+
+def eltwise_inputs(b: int, h: int, spec: WorkloadSpec, gen: torch.Generator) -> List[Tensor]:
+    """input, hx, cx, b_ih, b_hh drawn U(0, 1) like upstream's `rand`."""
+    shapes = [(b, 4 * h), (b, 4 * h), (b, h), (b, 4 * h), (b, 4 * h)]
+    return [torch.rand(s, generator=gen).to(device=spec.device, dtype=spec.dtype)
+            .requires_grad_(spec.requires_grad) for s in shapes]
+
+
+def both_outputs_backward_setup(seed: int):
+    """Seeded upstream gradients for every output (hy and cy)."""
+    def setup(outputs: Any) -> tuple:
+        grads = tuple(seeded_grad_like(out, seed + k) for k, out in enumerate(outputs))
+        return tuple(outputs), grads
+    return setup
+
+
+def both_outputs_backward(outputs: tuple, grads: tuple) -> None:
+    torch.autograd.backward(outputs, grads)
+
+
+def reference(inputs: List[Tensor], seed: int) -> Workload:
+    """The plain formula in float64 on copies of the model's (first) inputs."""
+    leaves = [t.detach().to("cpu", torch.float64).requires_grad_(True) for t in inputs]
+
+    def forward(input, hx, cx, b_ih, b_hh):
+        gates = input + hx + b_ih + b_hh
+        i, f, g, o = gates.chunk(4, 1)
+        cy = torch.sigmoid(f) * cx + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(cy), cy
+
+    b, h = leaves[2].shape
+    return Workload(inputs=tuple(leaves), params=leaves, forward=forward,
+                    work=eltwise_work(b, h, 8), backward_setup=both_outputs_backward_setup(seed),
+                    backward=both_outputs_backward)
+
+
+def _module(spec: WorkloadSpec) -> nn.Module:
+    module = LSTMEltwise()
+    return script(module) if spec.script else module
+
+
+def _workload(cls, spec: WorkloadSpec, inputs: List[Tensor], work: Work, **extra) -> Workload:
+    module = _module(spec)
+    backward = spec.requires_grad
+    return cls(
+        inputs=tuple(inputs), params=list(inputs), forward=module, work=work,
+        backward_setup=both_outputs_backward_setup(spec.seed) if backward else None,
+        backward=both_outputs_backward if backward else None,
+        no_backward_reason="" if backward else "built without gradients",
+        modules=(module,), reference=lambda: reference(inputs, spec.seed), **extra)
+
+
+def rnn_eltwise(spec: WorkloadSpec) -> Workload:
+    """b = shape.batch_size, h = shape.hidden_size (upstream's default config [64, 512])."""
+    b, h = spec.shape.batch_size, spec.shape.hidden_size
+    gen = torch.Generator().manual_seed(spec.seed + 17)
+    inputs = eltwise_inputs(b, h, spec, gen)
+    return _workload(Workload, spec, inputs, eltwise_work(b, h, elem_bytes(spec.dtype)))
+
+
+@dataclass
+class CyclingWorkload(Workload):
+    """Each forward takes the next sample of a pre-built pool (tensorexpr's DynamicShape, which
+    also dropped the result; here it is returned). `inputs` and `params` always name the
+    sample of the latest forward, so its gradients are the ones compared and zeroed."""
+
+    pool: List[Tuple[Tensor, ...]] = field(default_factory=list)
+    position: int = 0
+
+    def run_forward(self) -> Any:
+        self.inputs = self.pool[self.position]
+        self.params = list(self.inputs)
+        self.position = (self.position + 1) % len(self.pool)
+        return self.forward(*self.inputs)
+
+
+def dynamic_eltwise(spec: WorkloadSpec, pool_size: int = POOL_SIZE) -> Workload:
+    """rnn_eltwise whose every iteration has new sizes: b and h each scaled by U(1/1.2, 1) of
+    nominal, from a seeded pool of `pool_size` samples. Work is the mean over the pool."""
+    if pool_size < 1:
+        raise ConfigError("model.build.pool_size", f"must be ≥ 1, got {pool_size}")
+    nominal = (spec.shape.batch_size, spec.shape.hidden_size)
+    rng = random.Random(spec.seed)
+    gen = torch.Generator().manual_seed(spec.seed + 17)
+    pool, sizes = [], []
+    for _ in range(pool_size):
+        b, h = (max(1, int(n * rng.uniform(1 / DYNAMIC_RANGE, 1.0))) for n in nominal)
+        pool.append(tuple(eltwise_inputs(b, h, spec, gen)))
+        sizes.append((b, h))
+    mean_b = sum(b for b, _ in sizes) / pool_size
+    mean_bh = sum(b * h for b, h in sizes) / pool_size
+    work = eltwise_work(mean_b, mean_bh / mean_b, elem_bytes(spec.dtype))
+    workload = _workload(CyclingWorkload, spec, list(pool[0]), work, pool=pool)
+    # The reference takes the sample the next forward will use (verify builds it first).
+    workload.reference = lambda: reference(list(workload.pool[workload.position]), spec.seed)
+    return workload
