@@ -130,6 +130,16 @@ class CellKind:
     work: Callable
     # Builds the reference from the reference spec; None: the native module (nn.LSTM/GRU).
     reference: Optional[Callable[[WorkloadSpec], Workload]] = None
+    # (atol, rtol) per dtype where this cell needs more than the dtype's default.
+    tolerances: Optional[dict] = None
+
+
+# Three LayerNorms per step divide by small standard deviations and make the weight
+# gradients large (|g| up to ~50 at shape=small), so half-precision rounding shows as large
+# absolute errors: measured max|Δ| 0.05-0.18 (float16) and 0.8-1.3 (bfloat16) over seeds 0
+# and 5 and 1-2 layers, against 4e-5 in float32. These bounds give ~3× / ~2× margin; in
+# bfloat16 the check therefore catches gross errors only, and the verification says so.
+LAYERNORM_TOLERANCES = {torch.float16: (0.5, 5e-2), torch.bfloat16: (3.0, 1e-1)}
 
 
 CELLS: dict[str, CellKind] = {
@@ -138,9 +148,9 @@ CELLS: dict[str, CellKind] = {
     "premul_bias": CellKind(PremulBiasLSTMCell, "LSTM", 2, lstm_work),
     "gru": CellKind(GRUCell, "GRU", 1, gru_work),
     "layernorm": CellKind(LayerNormLSTMCell, "LSTM", 2, layernorm_lstm_work,
-                          references.layernorm_lstm),
+                          references.layernorm_lstm, LAYERNORM_TOLERANCES),
     "layernorm_decom": CellKind(DecomposedLayerNormLSTMCell, "LSTM", 2, layernorm_lstm_work,
-                                references.layernorm_lstm),
+                                references.layernorm_lstm, LAYERNORM_TOLERANCES),
 }
 
 
@@ -191,6 +201,10 @@ def cell_loop(spec: WorkloadSpec, cell: str = "lstm", dropout: float = 0.0,
     )
     if dropout > 0.0:
         with_dropout_off_for_verification(workload, module, dropout)
+    if kind.tolerances and spec.dtype in kind.tolerances:
+        workload.tolerance = kind.tolerances[spec.dtype]
+        workload.verify_note = (f"{cell} cell in {str(spec.dtype).removeprefix('torch.')}: "
+                                "tolerance widened for LayerNorm gradients (see loops.py)")
     return workload
 
 

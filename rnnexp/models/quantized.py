@@ -20,10 +20,12 @@ from rnnexp.models.work import quantized_work
 from rnnexp.workload import Workload, WorkloadSpec
 
 # (atol, rtol) against the float model in float64. Quantization error is systematic, not
-# rounding noise: at shape=small we measured max|Δ| ≈ 5e-3 (LSTM) and 1.1e-2 (GRU) for qint8
-# weights and ≈ 2.4e-4 for float16; it grows slowly with input size and depth. The bounds
-# leave ~5× margin there and still fail a corrupted weight (Δ ≈ 0.1 and up).
-TOLERANCES = {"qint8": (5e-2, 0.0), "float16": (2e-3, 0.0)}
+# rounding noise, and its worst element grows with the input width. Measured max|Δ| (seeds 0
+# and 3, 1-3 layers): qint8 1.2e-2..1.9e-2 at shape=small, 3.7e-2 (LSTM) and 5.0e-2 (GRU) at
+# the default 512-wide shape; float16 weights 1.7e-4..3.0e-4 small, 4.7e-4 default. The
+# bounds leave ~3× (qint8) and ~10× (float16) margin at the default shape; a wrong kernel or
+# corrupted weights gives errors of order 1.
+TOLERANCES = {"qint8": (0.15, 0.0), "float16": (5e-3, 0.0)}
 
 NO_BACKWARD = "dynamic-quantized modules are inference-only (packed weights have no autograd)"
 
