@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from rnnexp.errors import ConfigError
 from rnnexp.models.cells import lstm_tail
-from rnnexp.models.inputs import elem_bytes
+from rnnexp.models.inputs import elem_bytes, reference_spec
 from rnnexp.models.loops import script
 from rnnexp.models.work import eltwise_work
 from rnnexp.workload import Work, Workload, WorkloadSpec, seeded_grad_like
@@ -33,8 +33,18 @@ class LSTMEltwise(nn.Module):
         return lstm_tail(input + hx + b_ih + b_hh, cx)
 
 
-def eltwise_inputs(b: int, h: int, spec: WorkloadSpec, gen: torch.Generator) -> List[Tensor]:
-    """input, hx, cx, b_ih, b_hh drawn U(0, 1) like upstream's `rand`."""
+def eltwise_inputs(spec: WorkloadSpec, sample: int = 0, dynamic: bool = False
+                   ) -> List[Tensor]:
+    """input, hx, cx, b_ih, b_hh drawn U(0, 1) like upstream's `rand`, from the seed alone.
+
+    Sample `sample` of a dynamic pool scales b and h by U(1/1.2, 1); every sample has its own
+    seeded generator, so a reference can rebuild any sample without the pool.
+    """
+    rng = random.Random(f"{spec.seed}:{sample}")
+    b, h = spec.shape.batch_size, spec.shape.hidden_size
+    if dynamic:
+        b, h = (max(1, int(n * rng.uniform(1 / DYNAMIC_RANGE, 1.0))) for n in (b, h))
+    gen = torch.Generator().manual_seed(rng.getrandbits(62))
     shapes = [(b, 4 * h), (b, 4 * h), (b, h), (b, 4 * h), (b, 4 * h)]
     return [torch.rand(s, generator=gen).to(device=spec.device, dtype=spec.dtype)
             .requires_grad_(spec.requires_grad) for s in shapes]
@@ -52,9 +62,9 @@ def both_outputs_backward(outputs: tuple, grads: tuple) -> None:
     torch.autograd.backward(outputs, grads)
 
 
-def reference(inputs: List[Tensor], seed: int) -> Workload:
-    """The plain formula in float64 on copies of the model's (first) inputs."""
-    leaves = [t.detach().to("cpu", torch.float64).requires_grad_(True) for t in inputs]
+def reference(spec: WorkloadSpec, sample: int = 0, dynamic: bool = False) -> Workload:
+    """The plain formula in float64, on the same seeded draws as the model's inputs."""
+    leaves = eltwise_inputs(reference_spec(spec), sample, dynamic)
 
     def forward(input, hx, cx, b_ih, b_hh):
         gates = input + hx + b_ih + b_hh
@@ -64,7 +74,7 @@ def reference(inputs: List[Tensor], seed: int) -> Workload:
 
     b, h = leaves[2].shape
     return Workload(inputs=tuple(leaves), params=leaves, forward=forward,
-                    work=eltwise_work(b, h, 8), backward_setup=both_outputs_backward_setup(seed),
+                    work=eltwise_work(b, h, 8), backward_setup=both_outputs_backward_setup(spec.seed),
                     backward=both_outputs_backward)
 
 
@@ -81,15 +91,14 @@ def _workload(cls, spec: WorkloadSpec, inputs: List[Tensor], work: Work, **extra
         backward_setup=both_outputs_backward_setup(spec.seed) if backward else None,
         backward=both_outputs_backward if backward else None,
         no_backward_reason="" if backward else "built without gradients",
-        modules=(module,), reference=lambda: reference(inputs, spec.seed), **extra)
+        modules=(module,), reference=lambda: reference(spec), **extra)
 
 
 def rnn_eltwise(spec: WorkloadSpec) -> Workload:
     """b = shape.batch_size, h = shape.hidden_size (upstream's default config [64, 512])."""
     b, h = spec.shape.batch_size, spec.shape.hidden_size
-    gen = torch.Generator().manual_seed(spec.seed + 17)
-    inputs = eltwise_inputs(b, h, spec, gen)
-    return _workload(Workload, spec, inputs, eltwise_work(b, h, elem_bytes(spec.dtype)))
+    return _workload(Workload, spec, eltwise_inputs(spec),
+                     eltwise_work(b, h, elem_bytes(spec.dtype)))
 
 
 @dataclass
@@ -113,18 +122,12 @@ def dynamic_eltwise(spec: WorkloadSpec, pool_size: int = POOL_SIZE) -> Workload:
     nominal, from a seeded pool of `pool_size` samples. Work is the mean over the pool."""
     if pool_size < 1:
         raise ConfigError("model.build.pool_size", f"must be ≥ 1, got {pool_size}")
-    nominal = (spec.shape.batch_size, spec.shape.hidden_size)
-    rng = random.Random(spec.seed)
-    gen = torch.Generator().manual_seed(spec.seed + 17)
-    pool, sizes = [], []
-    for _ in range(pool_size):
-        b, h = (max(1, int(n * rng.uniform(1 / DYNAMIC_RANGE, 1.0))) for n in nominal)
-        pool.append(tuple(eltwise_inputs(b, h, spec, gen)))
-        sizes.append((b, h))
+    pool = [tuple(eltwise_inputs(spec, i, dynamic=True)) for i in range(pool_size)]
+    sizes = [(s[2].shape[0], s[2].shape[1]) for s in pool]
     mean_b = sum(b for b, _ in sizes) / pool_size
     mean_bh = sum(b * h for b, h in sizes) / pool_size
     work = eltwise_work(mean_b, mean_bh / mean_b, elem_bytes(spec.dtype))
     workload = _workload(CyclingWorkload, spec, list(pool[0]), work, pool=pool)
-    # The reference takes the sample the next forward will use (verify builds it first).
-    workload.reference = lambda: reference(list(workload.pool[workload.position]), spec.seed)
+    # The reference rebuilds the sample the next forward takes (verify builds it first).
+    workload.reference = lambda: reference(spec, workload.position, dynamic=True)
     return workload

@@ -52,6 +52,7 @@ def quantize(module: nn.RNNBase, weight_dtype: str) -> nn.Module:
         # torch.ao and quantize_per_tensor warn that they are deprecated on every call.
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", message="torch.quantize_per_tensor")
         return classes[type(module).__name__].from_float(module)
 
 
