@@ -115,7 +115,7 @@ def test_quantized_wrong_kernel_would_fail_its_tolerance():
 
 
 def test_varlen_lengths_are_seeded_and_inclusive():
-    p, a = build("vl_py", "shape.min_len=3", "shape.max_len=4", "shape.batch_size=64")
+    _, a = build("vl_py", "shape.min_len=3", "shape.max_len=4", "shape.batch_size=64")
     _, b = build("vl_py", "shape.min_len=3", "shape.max_len=4", "shape.batch_size=64")
     lengths = [len(s) for s in a.inputs[0]]
     assert lengths == [len(s) for s in b.inputs[0]]

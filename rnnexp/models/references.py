@@ -15,13 +15,13 @@ from torch import Tensor
 
 from rnnexp.models.cells import LAYERNORM_EPS
 from rnnexp.models.inputs import detached_params, native_rnn, sequence_inputs
+from rnnexp.models.work import layernorm_lstm_work, layernorm_tail_work
 from rnnexp.workload import (
     Workload,
     WorkloadSpec,
     first_output_backward_setup,
     tensor_backward,
 )
-from rnnexp.models.work import layernorm_lstm_work, layernorm_tail_work
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:

@@ -95,7 +95,7 @@ def eltwise_work(batch: float, hidden: float, elem_bytes: int) -> Work:
     bwd_elems = (2 + 4 + 2 + 4 * 4 + 1) * bh
     return Work(flops_fwd=float(LSTM_POINTWISE * bh), flops_bwd=float(2 * LSTM_POINTWISE * bh),
                 bytes_fwd=float(fwd_elems * elem_bytes), bytes_bwd=float(bwd_elems * elem_bytes),
-                tokens=int(round(batch)))
+                tokens=round(batch))
 
 
 def weight_matrices(shape: ShapeConfig, gates: int) -> int:
