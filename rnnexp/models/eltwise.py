@@ -74,7 +74,8 @@ def reference(spec: WorkloadSpec, sample: int = 0, dynamic: bool = False) -> Wor
 
     b, h = leaves[2].shape
     return Workload(inputs=tuple(leaves), params=leaves, forward=forward,
-                    work=eltwise_work(b, h, 8), backward_setup=both_outputs_backward_setup(spec.seed),
+                    work=eltwise_work(b, h, 8),
+                    backward_setup=both_outputs_backward_setup(spec.seed),
                     backward=both_outputs_backward)
 
 
@@ -85,12 +86,9 @@ def _module(spec: WorkloadSpec) -> nn.Module:
 
 def _workload(cls, spec: WorkloadSpec, inputs: List[Tensor], work: Work, **extra) -> Workload:
     module = _module(spec)
-    backward = spec.requires_grad
     return cls(
         inputs=tuple(inputs), params=list(inputs), forward=module, work=work,
-        backward_setup=both_outputs_backward_setup(spec.seed) if backward else None,
-        backward=both_outputs_backward if backward else None,
-        no_backward_reason="" if backward else "built without gradients",
+        backward_setup=both_outputs_backward_setup(spec.seed), backward=both_outputs_backward,
         modules=(module,), reference=lambda: reference(spec), **extra)
 
 

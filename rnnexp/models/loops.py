@@ -203,8 +203,9 @@ def cell_loop(spec: WorkloadSpec, cell: str = "lstm", dropout: float = 0.0,
         with_dropout_off_for_verification(workload, module, dropout)
     if kind.tolerances and spec.dtype in kind.tolerances:
         workload.tolerance = kind.tolerances[spec.dtype]
-        workload.verify_note = (f"{cell} cell in {str(spec.dtype).removeprefix('torch.')}: "
-                                "tolerance widened for LayerNorm gradients (see loops.py)")
+        note = (f"{cell} cell in {str(spec.dtype).removeprefix('torch.')}: tolerance widened "
+                "for LayerNorm gradients (see loops.py)")
+        workload.verify_note = "; ".join(filter(None, [workload.verify_note, note]))
     return workload
 
 
