@@ -6,7 +6,7 @@ import torch
 
 from rnnexp.errors import ConfigError, UnsupportedError
 from rnnexp.platform import Platform
-from rnnexp.schema import DeviceConfig, DeviceKind, DType
+from rnnexp.schema import DeviceConfig, DeviceKind, DType, ModelConfig
 
 
 def resolve_device(cfg: DeviceConfig, plat: Platform) -> torch.device:
@@ -33,3 +33,23 @@ def device_name(device: torch.device, plat: Platform) -> str:
     if device.type == "cuda":
         return plat.gpu_names[device.index or 0]
     return plat.cpu_name
+
+
+def check_model_placement(model_name: str, model: ModelConfig, device: torch.device,
+                          dtype: DType) -> None:
+    """Refuse, before anything is built, a model on a device or dtype it cannot run in.
+
+    On the CPU (torch 2.13) nn.LSTM/GRU, packed sequences, LayerNorm and the loop ops all run
+    float16 and bfloat16 forward and backward, so only the model's own `dtypes` restrict it.
+    On CUDA bfloat16 needs compute capability ≥ 8.0, checked when a GPU is really present.
+    """
+    if model.cpu_only and device.type != "cpu":
+        raise UnsupportedError(f"model={model_name} runs on the CPU only; device is {device} "
+                               "— use device=cpu")
+    if model.dtypes and dtype.value not in model.dtypes:
+        raise UnsupportedError(f"dtype={dtype.value}: model={model_name} supports "
+                               f"{', '.join(model.dtypes)} only — use dtype={model.dtypes[0]}")
+    if (dtype is DType.bfloat16 and device.type == "cuda" and torch.cuda.is_available()
+            and not torch.cuda.is_bf16_supported()):
+        raise UnsupportedError(f"dtype=bfloat16: {torch.cuda.get_device_name(device)} has no "
+                               "bfloat16 support — use dtype=float16 or float32")

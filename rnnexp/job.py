@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from rnnexp import platform as platform_mod
 from rnnexp.backends.base import Backend
-from rnnexp.device import device_name, resolve_device, torch_dtype
+from rnnexp.device import check_model_placement, device_name, resolve_device, torch_dtype
 from rnnexp.errors import ConfigError
 from rnnexp.results import INVALID, OK, Result, phase_summaries
 from rnnexp.schema import Config
@@ -57,6 +57,7 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
     """Everything decided before timing; raises UnsupportedError/ConfigError with a reason."""
     plat = plat or platform_mod.current()
     device = resolve_device(cfg.device, plat)
+    check_model_placement(choices.get("model", "?"), cfg.model, device, cfg.dtype)
     backend = make_backend(cfg, plat, device)
     backend.check(choices.get("model", "?"), cfg.model)
     spec = WorkloadSpec(shape=cfg.shape, device=device, dtype=torch_dtype(cfg.dtype),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
@@ -93,11 +93,19 @@ class ModelConfig:
     form: str = "module"
     # The model to suggest when a backend refuses this one (e.g. py -> jit).
     twin: Optional[str] = None
+    # Runs on the CPU only (dynamic-quantized kernels); refused on a GPU before timing.
+    cpu_only: bool = False
+    # The `dtype`s this model supports; null: every dtype the device supports.
+    dtypes: Optional[List[str]] = None
 
     def __post_init__(self) -> None:
         forms = ("module", "loop", "eager")
         if self.form not in forms:
             raise ConfigError("form", f"'{self.form}' is not one of {', '.join(forms)}")
+        known = [d.value for d in DType]
+        for d in self.dtypes or ():
+            if d not in known:
+                raise ConfigError("dtypes", f"'{d}' is not one of {', '.join(known)}")
         if "_target_" not in self.build:
             raise ConfigError("build._target_", "missing", "name the model's factory")
 

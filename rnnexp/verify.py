@@ -18,7 +18,9 @@ from rnnexp.workload import Workload
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float32: (1e-4, 1e-3),
     torch.float16: (1e-2, 1e-2),
-    torch.bfloat16: (5e-2, 5e-2),
+    # bfloat16 keeps 8 bits of mantissa: weight gradients summed over seq × batch steps
+    # reach |Δ| ≈ 8e-2 on small elements (jit_gru at shape=small), hence atol 0.1.
+    torch.bfloat16: (1e-1, 5e-2),
 }
 
 
@@ -69,8 +71,16 @@ def verify(workload: Workload, dtype: torch.dtype, *, backward: bool,
            tolerance: Optional[tuple[float, float]] = None) -> Verification:
     if workload.reference is None:
         return Verification("unavailable", detail="this model has no reference")
-    atol, rtol = tolerance or TOLERANCES[dtype]
-    reference = workload.reference()
+    atol, rtol = tolerance or workload.tolerance or TOLERANCES[dtype]
+    with workload.verify_context():
+        result = _verify(workload, atol, rtol, backward=backward)
+    if workload.verify_note:
+        result.detail = "; ".join(filter(None, [result.detail, workload.verify_note]))
+    return result
+
+
+def _verify(workload: Workload, atol: float, rtol: float, *, backward: bool) -> Verification:
+    reference = workload.reference()  # type: ignore[misc]
     out, ref_out = workload.run_forward(), reference.run_forward()
     got, want = list(tensors(out)), list(tensors(ref_out))
     if len(got) != len(want):

@@ -3,8 +3,9 @@ much work that is (the successor of fastrnns' ModelDef)."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import torch
 
@@ -52,6 +53,13 @@ class Workload:
     modules: Sequence[torch.nn.Module] = field(default_factory=tuple)
     # Builds the reference this workload is verified against (None: not verifiable).
     reference: Optional[Callable[[], "Workload"]] = None
+    # (atol, rtol) overriding the dtype's tolerance, for models that approximate their
+    # reference by design (dynamic quantization).
+    tolerance: Optional[tuple[float, float]] = None
+    # Entered around verification only, e.g. to switch dropout off so the comparison is
+    # deterministic; `verify_note` says so in the verification record.
+    verify_context: Callable[[], ContextManager] = contextlib.nullcontext
+    verify_note: str = ""
 
     @property
     def has_backward(self) -> bool:

@@ -1,28 +1,46 @@
-"""One stacked time-step loop shared by every cell-loop formulation (fastrnns' `py`, `jit`, ...).
+"""One stacked time-step loop shared by every cell-loop formulation (fastrnns' `py`, `jit`,
+`jit_premul*`, `jit_simple`, `jit_multilayer`, `jit_layernorm*`, `jit_dropout`, `vl_*`, and
+`jit_gru`).
 
-A cell is a module with `precompute(x_all)` (work hoisted out of the time loop, e.g. the input
-GEMM of the premul variants) and `step(x_t, h, c)`. `StackedLoop` runs any cell over all layers
-and steps and returns what nn.LSTM returns, so every formulation honours `num_layers` and is
-checked against nn.LSTM the same way. The same module runs eagerly (`py`) or scripted (`jit`).
+`StackedLoop` runs any cell of `rnnexp.models.cells` over all layers and steps and returns
+what nn.LSTM / nn.GRU return, so every formulation honours `num_layers` (upstream's jit
+variants silently ran layer 0 only) and is checked against its reference the same way. The
+state is a list ([h, c] or [h]) so LSTM and GRU cells share the loop. The same module runs
+eagerly or TorchScripted (`spec.script`, decided by the backend).
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Callable, List, Tuple
+from dataclasses import dataclass, replace
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
+from rnnexp.errors import ConfigError
+from rnnexp.models import references
+from rnnexp.models.cells import (
+    DecomposedLayerNormLSTMCell,
+    GRUCell,
+    LayerNormLSTMCell,
+    LSTMCell,
+    PremulBiasLSTMCell,
+    PremulLSTMCell,
+)
 from rnnexp.models.inputs import (
     detached_params,
     elem_bytes,
     native_rnn,
     reference_spec,
     sequence_inputs,
+    varlen_inputs,
 )
+from rnnexp.models.native import gru as native_gru
 from rnnexp.models.native import lstm as native_lstm
-from rnnexp.models.work import lstm_work
+from rnnexp.models.native import varlen_lstm as native_varlen_lstm
+from rnnexp.models.native import with_dropout_off_for_verification
+from rnnexp.models.work import gru_work, layernorm_lstm_work, lstm_work
 from rnnexp.workload import (
     Workload,
     WorkloadSpec,
@@ -31,66 +49,68 @@ from rnnexp.workload import (
 )
 
 
-class LSTMCell(nn.Module):
-    """fastrnns `lstm_cell`: both gate GEMMs inside the step; gate order i, f, g, o."""
-
-    def __init__(self, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor):
-        super().__init__()
-        self.w_ih = nn.Parameter(w_ih)
-        self.w_hh = nn.Parameter(w_hh)
-        self.b_ih = nn.Parameter(b_ih)
-        self.b_hh = nn.Parameter(b_hh)
-
-    def precompute(self, x: Tensor) -> Tensor:
-        return x
-
-    def gates(self, x_t: Tensor, h: Tensor) -> Tensor:
-        return torch.mm(x_t, self.w_ih.t()) + torch.mm(h, self.w_hh.t()) + self.b_ih + self.b_hh
-
-    def step(self, x_t: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
-        return lstm_tail(self.gates(x_t, h), c)
-
-
-def lstm_tail(gates: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
-    """The LSTM pointwise tail: c' = σ(f)c + σ(i)tanh(g); h' = σ(o)tanh(c')."""
-    i, f, g, o = gates.chunk(4, 1)
-    i = torch.sigmoid(i)
-    f = torch.sigmoid(f)
-    g = torch.tanh(g)
-    o = torch.sigmoid(o)
-    cy = f * c + i * g
-    hy = o * torch.tanh(cy)
-    return hy, cy
-
-
 class StackedLoop(nn.Module):
-    """Runs `cells` (one per layer) over every time step; returns (output, (h_n, c_n))."""
+    """Runs `cells` (one per layer) over every time step; returns (output, [h_n(, c_n)]).
 
-    def __init__(self, cells: List[nn.Module], dropout: float = 0.0):
+    `keep_outputs=False` skips collecting the last layer's output sequence (fastrnns'
+    `jit_simple` keeps only the final state); the returned output is then empty.
+    """
+
+    def __init__(self, cells: List[nn.Module], dropout: float = 0.0, keep_outputs: bool = True):
         super().__init__()
         self.cells = nn.ModuleList(cells)
         self.dropout = dropout
+        self.keep_outputs = keep_outputs
 
-    def forward(self, x: Tensor, state: Tuple[Tensor, Tensor]) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-        h0, c0 = state
-        hs: List[Tensor] = []
-        cs: List[Tensor] = []
+    def forward(self, x: Tensor, state: List[Tensor]) -> Tuple[Tensor, List[Tensor]]:
+        finals: List[List[Tensor]] = []
         layer_input = x
         last = len(self.cells) - 1
         for i, cell in enumerate(self.cells):
+            keep = self.keep_outputs or i < last
             pre = cell.precompute(layer_input)
-            h = h0[i]
-            c = c0[i]
+            s = [st[i] for st in state]
             outputs: List[Tensor] = []
             for t in range(pre.size(0)):
-                h, c = cell.step(pre[t], h, c)
-                outputs.append(h)
-            layer_input = torch.stack(outputs)
+                s = cell.step(pre[t], s)
+                if keep:
+                    outputs.append(s[0])
+            layer_input = torch.stack(outputs) if keep else x[:0]
             if self.dropout > 0.0 and i < last:
                 layer_input = torch.dropout(layer_input, self.dropout, self.training)
-            hs.append(h)
-            cs.append(c)
-        return layer_input, (torch.stack(hs), torch.stack(cs))
+            finals.append(s)
+        return layer_input, [torch.stack([f[k] for f in finals]) for k in range(len(state))]
+
+
+class FinalStates(nn.Module):
+    """Only the final states of every layer (fastrnns `jit_simple` returns (hy, cy))."""
+
+    def __init__(self, loop: StackedLoop):
+        super().__init__()
+        self.loop = loop
+
+    def forward(self, x: Tensor, state: List[Tensor]) -> List[Tensor]:
+        return self.loop(x, state)[1]
+
+
+class VarlenLoop(nn.Module):
+    """fastrnns' vl_py/vl_jit: each sequence on its own (batch 1), step by step, through the
+    shared loop; outputs are zero-padded to [max_len, B, H] like pad_packed_sequence."""
+
+    def __init__(self, loop: StackedLoop):
+        super().__init__()
+        self.loop = loop
+
+    def forward(self, sequences: List[Tensor], state: List[Tensor]
+                ) -> Tuple[Tensor, List[Tensor]]:
+        outputs: List[Tensor] = []
+        finals: List[List[Tensor]] = []
+        for b in range(len(sequences)):
+            out, final = self.loop(sequences[b].unsqueeze(1), [s[:, b:b + 1] for s in state])
+            outputs.append(out.squeeze(1))
+            finals.append(final)
+        padded = torch.nn.utils.rnn.pad_sequence(outputs)
+        return padded, [torch.cat([f[k] for f in finals], 1) for k in range(len(state))]
 
 
 def script(module: nn.Module) -> nn.Module:
@@ -100,31 +120,130 @@ def script(module: nn.Module) -> nn.Module:
         return torch.jit.script(module)
 
 
+@dataclass(frozen=True)
+class CellKind:
+    """What a cell needs around it: whose weights, how many states, work and reference."""
+
+    cls: Callable[..., nn.Module]
+    rnn: str  # "LSTM" or "GRU": the module whose seeded weights the cells take
+    states: int
+    work: Callable
+    # Builds the reference from the reference spec; None: the native module (nn.LSTM/GRU).
+    reference: Optional[Callable[[WorkloadSpec], Workload]] = None
+    # (atol, rtol) per dtype where this cell needs more than the dtype's default.
+    tolerances: Optional[dict] = None
+
+
+# Three LayerNorms per step divide by small standard deviations and make the weight
+# gradients large (|g| up to ~50 at shape=small), so half-precision rounding shows as large
+# absolute errors: measured max|Δ| 0.05-0.18 (float16) and 0.8-1.3 (bfloat16) over seeds 0
+# and 5 and 1-2 layers, against 4e-5 in float32. These bounds give ~3× / ~2× margin; in
+# bfloat16 the check therefore catches gross errors only, and the verification says so.
+LAYERNORM_TOLERANCES = {torch.float16: (0.5, 5e-2), torch.bfloat16: (3.0, 1e-1)}
+
+
+CELLS: dict[str, CellKind] = {
+    "lstm": CellKind(LSTMCell, "LSTM", 2, lstm_work),
+    "premul": CellKind(PremulLSTMCell, "LSTM", 2, lstm_work),
+    "premul_bias": CellKind(PremulBiasLSTMCell, "LSTM", 2, lstm_work),
+    "gru": CellKind(GRUCell, "GRU", 1, gru_work),
+    "layernorm": CellKind(LayerNormLSTMCell, "LSTM", 2, layernorm_lstm_work,
+                          references.layernorm_lstm, LAYERNORM_TOLERANCES),
+    "layernorm_decom": CellKind(DecomposedLayerNormLSTMCell, "LSTM", 2, layernorm_lstm_work,
+                                references.layernorm_lstm, LAYERNORM_TOLERANCES),
+}
+
+
 def cells_from(params: List[Tensor], cell_cls: Callable[..., nn.Module]) -> List[nn.Module]:
-    """Group nn.LSTM-ordered parameters 4 per layer into cells."""
+    """Group nn.LSTM/nn.GRU-ordered parameters 4 per layer into cells."""
     return [cell_cls(*params[i:i + 4]) for i in range(0, len(params), 4)]
 
 
-def loop_lstm(spec: WorkloadSpec, cell: str = "lstm", dropout: float = 0.0) -> Workload:
-    """A stacked cell loop holding the weights of nn.LSTM under the same seed."""
-    cell_cls = CELLS[cell]
-    weights = detached_params(native_rnn(spec, "LSTM"), spec)
-    module: nn.Module = StackedLoop(cells_from(weights, cell_cls), dropout=dropout)
+def stacked_loop(spec: WorkloadSpec, kind: CellKind, dropout: float = 0.0,
+                 keep_outputs: bool = True) -> StackedLoop:
+    weights = detached_params(native_rnn(spec, kind.rnn), spec)
+    loop = StackedLoop(cells_from(weights, kind.cls), dropout=dropout,
+                       keep_outputs=keep_outputs)
+    # nn.Parameter makes every tensor require grad; forward-only runs must not record graphs.
+    return loop.requires_grad_(spec.requires_grad)
+
+
+def cell_kind(cell: str) -> CellKind:
+    if cell not in CELLS:
+        raise ConfigError("model.build.cell", f"'{cell}' is not a known cell",
+                          f"use one of {', '.join(CELLS)}")
+    return CELLS[cell]
+
+
+def cell_loop(spec: WorkloadSpec, cell: str = "lstm", dropout: float = 0.0,
+              final_state_only: bool = False) -> Workload:
+    """A stacked cell loop holding the weights of nn.LSTM / nn.GRU under the same seed.
+
+    `dropout` acts between layers (p=0.4 for fastrnns' jit_dropout): verification runs with
+    it off, timing with it on. `final_state_only` returns only [h_n, c_n] (jit_simple).
+    """
+    kind = cell_kind(cell)
+    loop = stacked_loop(spec, kind, dropout, keep_outputs=not final_state_only)
+    module: nn.Module = FinalStates(loop) if final_state_only else loop
     if spec.script:
         module = script(module)
-    x, h0, c0 = sequence_inputs(spec)
-    return Workload(
-        inputs=(x, (h0, c0)),
+    x, *state = sequence_inputs(spec, states=kind.states)
+    reference = _reference(spec, kind, final_state_only)
+    workload = Workload(
+        inputs=(x, list(state)),
         params=list(module.parameters()),
         forward=module,
-        work=lstm_work(spec.shape, elem_bytes(spec.dtype)),
+        work=kind.work(spec.shape, elem_bytes(spec.dtype)),
         backward_setup=first_output_backward_setup(spec.seed),
         backward=tensor_backward,
         modules=(module,),
-        reference=lambda: native_lstm(reference_spec(spec)),
+        reference=reference,
     )
+    if dropout > 0.0:
+        with_dropout_off_for_verification(workload, module, dropout)
+    if kind.tolerances and spec.dtype in kind.tolerances:
+        workload.tolerance = kind.tolerances[spec.dtype]
+        note = (f"{cell} cell in {str(spec.dtype).removeprefix('torch.')}: tolerance widened "
+                "for LayerNorm gradients (see loops.py)")
+        workload.verify_note = "; ".join(filter(None, [workload.verify_note, note]))
+    return workload
 
 
-CELLS: dict[str, Callable[..., nn.Module]] = {
-    "lstm": LSTMCell,
-}
+def _reference(spec: WorkloadSpec, kind: CellKind, final_state_only: bool
+               ) -> Callable[[], Workload]:
+    ref_spec = reference_spec(spec)
+    if kind.reference is not None:
+        build = kind.reference
+    else:
+        build = native_lstm if kind.rnn == "LSTM" else native_gru
+    if final_state_only:
+        return lambda: only_final_states(build(ref_spec))
+    return lambda: build(ref_spec)
+
+
+def only_final_states(workload: Workload) -> Workload:
+    """The reference of `jit_simple`: nn.LSTM's (h_n, c_n) without the output sequence."""
+    forward = workload.forward
+    return replace(workload, forward=lambda x, state: forward(x, state)[1])
+
+
+def varlen_loop(spec: WorkloadSpec, cell: str = "lstm") -> Workload:
+    """fastrnns' vl_py / vl_jit: per-sequence, per-step loop over seeded variable lengths."""
+    kind = cell_kind(cell)
+    if kind.rnn != "LSTM" or kind.reference is not None:
+        raise ConfigError("model.build.cell", f"'{cell}' has no variable-length reference",
+                          "the reference is packed nn.LSTM: use an LSTM cell without LayerNorm")
+    module: nn.Module = VarlenLoop(stacked_loop(spec, kind))
+    if spec.script:
+        module = script(module)
+    sequences, lengths, state = varlen_inputs(spec, states=kind.states)
+    return Workload(
+        inputs=(sequences, list(state)),
+        params=list(module.parameters()),
+        forward=module,
+        work=kind.work(spec.shape, elem_bytes(spec.dtype), tokens=int(lengths.sum())),
+        backward_setup=first_output_backward_setup(spec.seed),
+        backward=tensor_backward,
+        modules=(module,),
+        reference=lambda: native_varlen_lstm(reference_spec(spec)),
+    )

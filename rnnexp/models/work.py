@@ -5,10 +5,13 @@ Conventions (stated so rates can be compared across models):
 - backward FLOPs = 2 × forward GEMM FLOPs (input and weight gradients) + 2 × pointwise;
 - minimum bytes: every tensor that must be read or written at least once — parameters,
   inputs, states, outputs; backward also reads the saved gate activations and writes the
-  parameter and input gradients.
+  parameter and input gradients. Each count is in elements and multiplied by the element
+  size exactly once (fastrnns' rnn_eltwise multiplied bytes by the element size again).
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 from rnnexp.schema import ShapeConfig
 from rnnexp.workload import Work
@@ -18,27 +21,39 @@ from rnnexp.workload import Work
 LSTM_POINTWISE = 21
 # GRU: 2 adds on 3H (6) + 2 sigmoid + 1 tanh (3) + r*h_n, i_n + (2) + h' = n + z*(h - n) (3).
 GRU_POINTWISE = 14
+# LayerNorm per element: mean (1), centre (1), variance (2), scale by 1/σ (1), affine (2).
+LAYERNORM_PER_ELEM = 7
+# Layer-norm LSTM cell per hidden unit: LN over 4H twice and over H once, one add of the two
+# normalised gate blocks (4), the same activations and state update as LSTM (5 + 3 + 1).
+LNLSTM_POINTWISE = LAYERNORM_PER_ELEM * (4 + 4 + 1) + 4 + 5 + 3 + 1
 
 
 def recurrent_work(shape: ShapeConfig, elem_bytes: int, *, gates: int, pointwise: int,
-                   states: int, tokens: int | None = None, steps: int | None = None) -> Work:
+                   states: int, tokens: Optional[int] = None,
+                   vector_params: Optional[int] = None) -> Work:
     """Work of a stacked recurrent layer with `gates` gate blocks and `states` state tensors
-    (2 for LSTM's h and c, 1 for GRU). `steps` overrides seq_len (variable-length inputs)."""
-    T = steps if steps is not None else shape.seq_len
+    (2 for LSTM's h and c, 1 for GRU).
+
+    `tokens` is the number of (sequence, step) pairs actually run — seq_len × batch by
+    default, the sum of the sequence lengths for variable-length inputs. `vector_params` is
+    the number of non-matrix parameters per layer (default: the two bias vectors).
+    """
+    N = tokens if tokens is not None else shape.seq_len * shape.batch_size
     B, I, H, L = shape.batch_size, shape.input_size, shape.hidden_size, shape.num_layers
     in_sizes = [I] + [H] * (L - 1)
-    gemm = sum(2 * T * B * gates * H * (i + H) for i in in_sizes)
-    point = T * L * B * H * pointwise
-    params = sum(gates * H * (i + H) + 2 * gates * H for i in in_sizes)
-    inputs = T * B * I + states * L * B * H
-    outputs = T * B * H + states * L * B * H
-    saved = T * L * B * (gates + states - 1) * H  # gate activations and cell states
+    vectors = vector_params if vector_params is not None else 2 * gates * H
+    gemm = sum(2 * N * gates * H * (i + H) for i in in_sizes)
+    point = N * L * H * pointwise
+    params = sum(gates * H * (i + H) + vectors for i in in_sizes)
+    inputs = N * I + states * L * B * H
+    outputs = N * H + states * L * B * H
+    saved = N * L * (gates + states - 1) * H  # gate activations and cell states
     return Work(
         flops_fwd=float(gemm + point),
         flops_bwd=float(2 * gemm + 2 * point),
         bytes_fwd=float((params + inputs + outputs) * elem_bytes),
         bytes_bwd=float((2 * params + 2 * inputs + outputs + saved) * elem_bytes),
-        tokens=tokens if tokens is not None else T * B,
+        tokens=N,
     )
 
 
@@ -48,3 +63,52 @@ def lstm_work(shape: ShapeConfig, elem_bytes: int, **kw) -> Work:
 
 def gru_work(shape: ShapeConfig, elem_bytes: int, **kw) -> Work:
     return recurrent_work(shape, elem_bytes, gates=3, pointwise=GRU_POINTWISE, states=1, **kw)
+
+
+def layernorm_lstm_work(shape: ShapeConfig, elem_bytes: int, **kw) -> Work:
+    """No bias vectors; LayerNorm weight and bias over 4H, 4H and H instead."""
+    H = shape.hidden_size
+    return recurrent_work(shape, elem_bytes, gates=4, pointwise=LNLSTM_POINTWISE, states=2,
+                          vector_params=2 * (4 * H + 4 * H + H), **kw)
+
+
+def layernorm_tail_work(shape: ShapeConfig, elem_bytes: int) -> Work:
+    """fastrnns' cudnn_layernorm lower bound: nn.LSTM plus seq_len × (LN over [B,4H] twice and
+    over [B,H] once). Bytes add the LN parameters and the [B,4H] LN input, read once."""
+    base = lstm_work(shape, elem_bytes)
+    B, H, T = shape.batch_size, shape.hidden_size, shape.seq_len
+    ln_elems = T * B * (4 * H + 4 * H + H)
+    extra_bytes = (2 * (4 * H + 4 * H + H) + B * 4 * H) * elem_bytes
+    return Work(flops_fwd=base.flops_fwd + LAYERNORM_PER_ELEM * ln_elems, flops_bwd=0.0,
+                bytes_fwd=base.bytes_fwd + extra_bytes, bytes_bwd=0.0, tokens=base.tokens)
+
+
+def eltwise_work(batch: float, hidden: float, elem_bytes: int) -> Work:
+    """The LSTM pointwise tail on [b, 4h] gates (tensorexpr rnn_eltwise).
+
+    Forward reads input, hx, b_ih, b_hh ([b,4h] each) and cx ([b,h]) and writes hy, cy.
+    Backward reads the two output gradients, the saved [b,4h] activations and cx, cy, and
+    writes the gradients of the five inputs. Tokens: the b rows.
+    """
+    bh = batch * hidden
+    fwd_elems = (4 * 4 + 1 + 2) * bh
+    bwd_elems = (2 + 4 + 2 + 4 * 4 + 1) * bh
+    return Work(flops_fwd=float(LSTM_POINTWISE * bh), flops_bwd=float(2 * LSTM_POINTWISE * bh),
+                bytes_fwd=float(fwd_elems * elem_bytes), bytes_bwd=float(bwd_elems * elem_bytes),
+                tokens=round(batch))
+
+
+def weight_matrices(shape: ShapeConfig, gates: int) -> int:
+    """Elements of the W_ih and W_hh matrices of every layer."""
+    H, L = shape.hidden_size, shape.num_layers
+    return sum(gates * H * (i + H) for i in [shape.input_size] + [H] * (L - 1))
+
+
+def quantized_work(shape: ShapeConfig, kind: str, weight_bytes: int) -> Work:
+    """Dynamic quantization: float32 activations and biases, weight matrices of
+    `weight_bytes` each (1 for qint8, 2 for float16). Forward only."""
+    gates, work_fn = (4, lstm_work) if kind == "LSTM" else (3, gru_work)
+    base = work_fn(shape, 4)
+    saved = weight_matrices(shape, gates) * (4 - weight_bytes)
+    return Work(flops_fwd=base.flops_fwd, flops_bwd=0.0, bytes_fwd=base.bytes_fwd - saved,
+                bytes_bwd=0.0, tokens=base.tokens)
