@@ -16,6 +16,9 @@ from rnnexp.workload import Workload
 
 class Backend:
     name = "base"
+    # Process-global settings that may not switch back inside one process (TorchScript):
+    # run each job in a fresh process (rnnexp.isolation).
+    isolate = False
 
     def __init__(self, plat: Platform, device: torch.device, **options):
         self.plat = plat
@@ -35,6 +38,9 @@ class Backend:
 
     def prepare(self, workload: Workload) -> Workload:
         return workload
+
+    def finish(self, workload: Workload) -> None:
+        """After timing, still inside `context()`: record what actually ran (for `info`)."""
 
     def info(self) -> dict:
         """Versions and flags that identify what actually ran."""
