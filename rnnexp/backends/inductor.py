@@ -32,6 +32,12 @@ class Inductor(Backend):
         return False  # compile the eager formulation, never a TorchScript one
 
     def check(self, model_name: str, model: ModelConfig) -> None:
+        if model.form == "module":
+            # Dynamo does not trace nn.LSTM/GRU (allow_rnn is off; turned on, tracing fails
+            # on the CPU): the module would run eagerly under the name inductor.
+            self.refuse(f"compiles cell-loop formulations; model={model_name} is an nn module "
+                        "that dynamo does not trace — use model=py or model=jit (their loop "
+                        "is compiled), or backend=aten")
         # Inductor writes C++ for the CPU and builds it with the host compiler.
         if self.device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++")):
             self.refuse("needs a C++ compiler (g++) to compile for the CPU — install one, "
