@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from rnnexp import config_check, job, schema
+from rnnexp import config_check, isolation, job, schema
 from rnnexp.backends import torchscript
 from rnnexp.backends.inductor import Inductor
 from rnnexp.backends.torchscript import Jit, TensorExpr
@@ -205,12 +205,11 @@ def test_sweep_jobs_each_run_their_own_executor(run_cli, tmp_path):
     assert not any(r["backend"]["graph"]["fused"] for r in results)
 
 
-@pytest.mark.slow
-def test_legacy_fuser_really_fuses_on_the_cpu(run_cli, tmp_path):
-    proc = run_cli("model=jit", "backend=jit", "backend.executor=legacy",
-                   "backend.fuser=legacy", *TINY)
-    assert proc.returncode == 0, proc.stderr
-    backend = json.loads((tmp_path / "run" / "results.json").read_text())["backend"]
+def test_legacy_fuser_really_fuses_on_the_cpu():
+    # isolation.execute: a fresh process, so earlier tests' TorchScript state cannot leak in.
+    p = plan(["model=jit", "backend=jit", "backend.executor=legacy", "backend.fuser=legacy",
+              *TINY])
+    backend = isolation.execute(p).backend
     assert backend["flags"]["fuse_on_cpu_legacy"]
     assert backend["graph"]["fusion_groups"] > 0 and backend["graph"]["fused"]
 
