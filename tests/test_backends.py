@@ -97,7 +97,10 @@ def test_miopen_explains_itself_on_the_command_line(run_cli):
 def test_aten_runs_the_scripted_loop():
     p = plan(["backend=aten", "model=jit", *TINY])
     assert p.spec.script
-    assert job.execute(p).status == "ok"
+    result = job.execute(p)
+    assert result.status == "ok"
+    # The executor's profiling/optimising runs happened before timing, untimed.
+    assert result.backend["optimize_s"] > 0 and result.backend["warm_runs"] == 3
 
 
 # --- jit / te: configuration ----------------------------------------------------------------
@@ -242,6 +245,7 @@ def test_inductor_runs_a_small_lstm_loop_and_reports_compile_time():
     info = result.backend
     assert isinstance(p.backend, Inductor) and info["mode"] == "default"
     assert info["compile_s"] > 0 and info["graphs"] >= 1 and info["graph_breaks"] == 0
+    assert "fx_cache_hits" in info
     # Compilation happened in prepare: the timed iterations are far shorter than it.
     assert max(result.phases["total"]["samples_ms"]) < 1000 * info["compile_s"]
 

@@ -62,7 +62,9 @@ class Inductor(Backend):
         workload.zero_grad()
         counters = torch._dynamo.utils.counters
         self.dynamo = {"graphs": int(counters["stats"].get("unique_graphs", 0)),
-                       "graph_breaks": int(sum(counters["graph_break"].values()))}
+                       "graph_breaks": int(sum(counters["graph_break"].values())),
+                       # A hit in inductor's on-disk cache makes compile_s short.
+                       "fx_cache_hits": int(counters["inductor"].get("fxgraph_cache_hit", 0))}
         if not self.dynamo["graphs"]:
             # Dynamo ran the whole model eagerly (nn.LSTM/GRU are not traced by default, and
             # tracing them fails on CPU): timing it would be eager under the name inductor.

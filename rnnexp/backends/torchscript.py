@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from functools import lru_cache
 from typing import ContextManager
 
@@ -32,7 +31,6 @@ class TorchScriptBackend(Backend):
         super().__init__(plat, device, **options)
         self.graph: dict | None = None
         self.flags_seen: JitFlags | None = None
-        self.optimize_s: float | None = None
 
     def flags(self) -> JitFlags:
         raise NotImplementedError
@@ -49,22 +47,6 @@ class TorchScriptBackend(Backend):
 
     def context(self) -> ContextManager:
         return jitflags.in_force(self.flags())
-
-    # Runs before verification and timing: the profiling executor profiles the first run(s)
-    # and then optimises; left to the timed loop, that compilation would be timed.
-    WARM_RUNS = 3
-
-    def prepare(self, workload: Workload) -> Workload:
-        if not any(isinstance(m, torch.jit.ScriptModule) for m in workload.modules):
-            return workload
-        t0 = time.perf_counter()
-        for _ in range(self.WARM_RUNS):
-            outputs = workload.run_forward()
-            if workload.has_backward:
-                workload.backward(*workload.backward_setup(outputs))  # type: ignore[misc]
-        workload.zero_grad()
-        self.optimize_s = time.perf_counter() - t0
-        return workload
 
     def finish(self, workload: Workload) -> None:
         self.flags_seen = jitflags.read()
