@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue as queue_mod
-from typing import Optional
 
 from rnnexp import errors, job
 from rnnexp.results import Result
@@ -38,7 +37,7 @@ def _child(planned: job.Plan, q) -> None:
         q.put(("error", type(err).__name__, str(err)))
 
 
-def execute(planned: job.Plan, progress: Optional[Progress] = None) -> Result:
+def execute(planned: job.Plan, progress: Progress | None = None) -> Result:
     """job.execute, in a fresh process if the backend asks for isolation."""
     if not planned.backend.isolate:
         return job.execute(planned, progress=progress)

@@ -9,7 +9,7 @@ the job runs, not here.
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from collections.abc import Sequence
 
 from hydra import compose, initialize_config_dir
 from rich.table import Table

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Iterator, Optional
 
 import torch
 
@@ -84,7 +84,7 @@ def _count(block, counts: Counter) -> None:
             _count(node.g("Subgraph"), counts)
 
 
-def graph_summary(module: torch.nn.Module, inputs: tuple) -> Optional[dict]:
+def graph_summary(module: torch.nn.Module, inputs: tuple) -> dict | None:
     """Counts in the optimised graph a scripted module last ran with these inputs (including
     the forward graphs of its differentiable subgraphs, where fusion groups live)."""
     if not isinstance(module, torch.jit.ScriptModule):

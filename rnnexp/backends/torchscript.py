@@ -131,7 +131,8 @@ class TensorExpr(Jit):
 def llvm_probe() -> dict:
     """Whether NNC fuses on the CPU here, decided once per process by trying it in a fresh
     interpreter (so the probe's flags and compiled kernels never touch this process)."""
-    proc = subprocess.run([sys.executable, "-m", "rnnexp.backends.te_probe"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "rnnexp.backends.te_probe"], check=False,
+                          capture_output=True, text=True,
                           timeout=300)
     try:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
