@@ -1,5 +1,6 @@
 """The support matrix is job.plan's verdict for every model × backend."""
 
+import os
 import subprocess
 import sys
 
@@ -21,7 +22,7 @@ def test_matrix_on_a_simulated_cuda_machine():
 def test_matrix_command_lists_every_model_backend_and_reason():
     proc = subprocess.run([sys.executable, "-m", "rnnexp.matrix"], cwd=ROOT,
                           capture_output=True, text=True, timeout=180,
-                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+                          env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for name in group_options("model") + group_options("backend"):
