@@ -12,7 +12,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.markup import escape
 
-from rnnexp import config_check, job, schema
+from rnnexp import config_check, isolation, job, schema
 from rnnexp.errors import RnnexpError
 from rnnexp.report import RichProgress, console, err_console, results_table
 from rnnexp.results import UNSUPPORTED, Result
@@ -42,7 +42,7 @@ def hydra_main(cfg: DictConfig) -> str:
         planned = job.plan(schema.validate(cfg), choices, overrides)
         label = "·".join(choices.get(k, "?") for k in ("model", "backend", "shape"))
         with RichProgress(label) as progress:
-            result = job.execute(planned, progress=progress)
+            result = isolation.execute(planned, progress=progress)  # fresh process for TorchScript
     except RnnexpError as err:
         if not multirun:
             fail(str(err))

@@ -81,6 +81,7 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
         clock = clock_for(p.device)
         samples = measure(workload, warmup=cfg.bench.warmup, iters=cfg.bench.iters, clock=clock,
                           backward=cfg.bench.backward, progress=progress)
+        p.backend.finish(workload)
 
     no_backward = workload.no_backward_reason or ("" if cfg.bench.backward
                                                    else "bench.backward=false")

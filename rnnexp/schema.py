@@ -118,6 +118,49 @@ class BackendConfig:
     cudnn_benchmark: bool = False
 
 
+class Executor(Enum):
+    # TorchScript graph executors (fastrnns --executor): profiling = PE with optimisation,
+    # legacy = LE with optimisation, simple = optimisation off (no fusion, no autodiff graphs).
+    profiling = "profiling"
+    legacy = "legacy"
+    simple = "simple"
+
+
+class JitFuser(Enum):
+    none = "none"
+    # The legacy fuser (fastrnns --fuser old): fuses only under the legacy executor.
+    legacy = "legacy"
+
+
+@dataclass
+class TorchScriptConfig(BackendConfig):
+    """backend=jit: TorchScript with a chosen executor, fusion off unless fuser=legacy."""
+
+    executor: Executor = Executor.profiling
+    fuser: JitFuser = JitFuser.none
+
+    def __post_init__(self) -> None:
+        # fastrnns' `--fuser old` without `--executor legacy` silently fuses nothing.
+        if self.fuser == JitFuser.legacy and self.executor != Executor.legacy:
+            raise ConfigError("fuser", f"legacy fuses only under the legacy executor, not "
+                              f"executor={self.executor.value}",
+                              "set backend.executor=legacy, or backend.fuser=none")
+
+
+INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune")
+
+
+@dataclass
+class InductorConfig(BackendConfig):
+    """backend=inductor: torch.compile mode."""
+
+    mode: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.mode not in INDUCTOR_MODES:
+            raise ConfigError("mode", f"'{self.mode}' is not one of {', '.join(INDUCTOR_MODES)}")
+
+
 @dataclass
 class TrackingConfig:
     enabled: bool = False
@@ -137,7 +180,8 @@ class Config:
 
 _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "model": {"base": ModelConfig},
-    "backend": {"base": BackendConfig},
+    "backend": {"base": BackendConfig, "torchscript": TorchScriptConfig,
+                "inductor": InductorConfig},
     "shape": {"base": ShapeConfig},
     "device": {"base": DeviceConfig},
     "bench": {"base": BenchConfig},

@@ -23,8 +23,11 @@ class VendorLibrary(Backend):
         return torch.backends.cudnn.flags(enabled=self.enabled, benchmark=self.cudnn_benchmark)
 
     def info(self) -> dict:
-        return {"name": self.name, "vendor_library": self.enabled,
+        info = {"name": self.name, "vendor_library": self.enabled,
                 "cudnn_benchmark": self.cudnn_benchmark}
+        if self.optimize_s is not None:  # a scripted loop model: its untimed warm-up
+            info.update(optimize_s=self.optimize_s, warm_runs=self.WARM_RUNS)
+        return info
 
 
 class Cudnn(VendorLibrary):

@@ -1,0 +1,80 @@
+"""`inductor`: torch.compile of the eager formulation (loop models are not scripted).
+
+Compilation happens in `prepare`: one forward and one backward run there, so both graphs
+are compiled before verification and timing, and the time it took is reported on its own
+(`compile_s`), never inside the timed iterations.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import torch
+
+from rnnexp.backends.base import Backend
+from rnnexp.errors import UnsupportedError
+from rnnexp.platform import Platform
+from rnnexp.schema import ModelConfig
+from rnnexp.workload import Workload
+
+
+class Inductor(Backend):
+    name = "inductor"
+
+    def __init__(self, plat: Platform, device: torch.device, mode: str = "default", **options):
+        super().__init__(plat, device, **options)
+        self.mode = mode
+        self.compile_s: float | None = None
+        self.dynamo: dict = {}
+
+    def script(self, model: ModelConfig) -> bool:
+        return False  # compile the eager formulation, never a TorchScript one
+
+    def check(self, model_name: str, model: ModelConfig) -> None:
+        if model.form == "module":
+            # Dynamo does not trace nn.LSTM/GRU (allow_rnn is off; turned on, tracing fails
+            # on the CPU): the module would run eagerly under the name inductor.
+            self.refuse(f"compiles cell-loop formulations; model={model_name} is an nn module "
+                        "that dynamo does not trace — use model=py or model=jit (their loop "
+                        "is compiled), or backend=aten")
+        # Inductor writes C++ for the CPU and builds it with the host compiler.
+        if self.device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++")):
+            self.refuse("needs a C++ compiler (g++) to compile for the CPU — install one, "
+                        "or use backend=aten")
+
+    def prepare(self, workload: Workload) -> Workload:
+        torch._dynamo.reset()  # a fresh cache: what is compiled here is this model
+        torch._dynamo.utils.counters.clear()
+        workload.forward = torch.compile(workload.forward, mode=self.mode, dynamic=False)
+        t0 = time.perf_counter()
+        try:
+            outputs = workload.run_forward()
+            if workload.has_backward:
+                workload.backward(*workload.backward_setup(outputs))  # type: ignore[misc]
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        except Exception as err:  # noqa: BLE001 — any compiler failure declines the job
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise UnsupportedError(f"backend=inductor could not compile this model: "
+                                   f"{type(err).__name__}: {first}") from None
+        self.compile_s = time.perf_counter() - t0
+        workload.zero_grad()
+        counters = torch._dynamo.utils.counters
+        self.dynamo = {"graphs": int(counters["stats"].get("unique_graphs", 0)),
+                       "graph_breaks": int(sum(counters["graph_break"].values())),
+                       # A hit in inductor's on-disk cache makes compile_s short.
+                       "fx_cache_hits": int(counters["inductor"].get("fxgraph_cache_hit", 0))}
+        if not self.dynamo["graphs"]:
+            # Dynamo ran the whole model eagerly (nn.LSTM/GRU are not traced by default, and
+            # tracing them fails on CPU): timing it would be eager under the name inductor.
+            why = next(iter(counters["graph_break"]), "no graph captured")
+            raise UnsupportedError(f"backend=inductor compiled nothing for this model "
+                                   f"(dynamo: {why.splitlines()[0]}) — use backend=aten, or "
+                                   "a loop model such as model=py")
+        return workload
+
+    def info(self) -> dict:
+        return {"name": self.name, "mode": self.mode, "compile_s": self.compile_s,
+                # compile_s includes the first forward+backward run it took to compile.
+                "compile_includes": "first forward+backward", **self.dynamo}

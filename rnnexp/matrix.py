@@ -1,0 +1,97 @@
+"""`python -m rnnexp.matrix`: which model × backend combinations run on this machine.
+
+Each cell comes from composing that combination like the CLI does and calling `job.plan`,
+the same checks the runner makes before timing — there is no second table to keep in sync.
+Refusals found only by trying (e.g. inductor on a model dynamo cannot capture) show up when
+the job runs, not here.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from hydra import compose, initialize_config_dir
+from rich.table import Table
+
+from rnnexp import job, schema
+from rnnexp.config_check import CONF_DIR, CONFIG_NAME, group_options
+from rnnexp.errors import RnnexpError
+from rnnexp.platform import Platform
+from rnnexp.platform import current as current_platform
+from rnnexp.report import console
+
+OK = "✓"
+
+
+def support(models: Sequence[str], backends: Sequence[str], device: str = "auto",
+            plat: Platform | None = None) -> dict[tuple[str, str], str]:
+    """{(model, backend): "" if it runs here, else the one-line reason}."""
+    schema.register()
+    cells = {}
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for model in models:
+            for backend in backends:
+                choices = {"model": model, "backend": backend, "device": device}
+                overrides = [f"{k}={v}" for k, v in choices.items()]
+                try:
+                    cfg = schema.validate(compose(config_name=CONFIG_NAME, overrides=overrides))
+                    job.plan(cfg, choices, overrides, plat=plat)
+                    cells[model, backend] = ""
+                except RnnexpError as err:
+                    cells[model, backend] = str(err)
+    return cells
+
+
+def render(models: Sequence[str], backends: Sequence[str], cells: dict, title: str) -> None:
+    """A ✓/✗ grid, then each distinct reason once, numbered, on its own line."""
+    reasons: list[str] = []
+    table = Table(title=title)
+    table.add_column("model")
+    for b in backends:
+        table.add_column(b, justify="center")
+    for m in models:
+        row = []
+        for b in backends:
+            why = cells[m, b]
+            if not why:
+                row.append(f"[green]{OK}[/]")
+                continue
+            if why not in reasons:
+                reasons.append(why)
+            row.append(f"[red]✗{reasons.index(why) + 1}[/]")
+        table.add_row(m, *row)
+    console.print(table)
+    for i, why in enumerate(reasons, 1):
+        console.print(f"✗{i} {why}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _names(text: str | None, group: str) -> list[str]:
+    options = group_options(group)
+    if not text:
+        return options
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in options]
+    if unknown:
+        raise SystemExit(f"error: --{group}s: no such option {', '.join(unknown)} — choose "
+                         f"from: {', '.join(options)}")
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rnnexp.matrix", description=__doc__)
+    parser.add_argument("--device", default="auto", choices=group_options("device"),
+                        help="device option to check under (default: auto)")
+    parser.add_argument("--models", help="comma-separated model options (default: all)")
+    parser.add_argument("--backends", help="comma-separated backend options (default: all)")
+    args = parser.parse_args(argv)
+    models, backends = _names(args.models, "model"), _names(args.backends, "backend")
+    plat = current_platform()
+    cells = support(models, backends, args.device, plat)
+    render(models, backends, cells,
+           f"device={args.device} · torch {plat.torch_version} · {plat.build} · "
+           f"{plat.gpu_count} GPU(s)")
+
+
+if __name__ == "__main__":
+    main()
