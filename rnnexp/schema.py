@@ -91,7 +91,8 @@ class ModelConfig:
     # "module": a torch module run as is (nn.LSTM); "loop": a cell loop that TorchScript
     # backends script and inductor compiles; "eager": Python that is never scripted.
     form: str = "module"
-    # The model to suggest when a backend refuses this one (e.g. py -> jit).
+    # The model to suggest when a backend refuses this one: the scripted twin of an eager
+    # loop (py -> jit), or the cell loop of an nn module (lstm -> jit, gru -> jit_gru).
     twin: Optional[str] = None
     # Runs on the CPU only (dynamic-quantized kernels); refused on a GPU before timing.
     cpu_only: bool = False

@@ -35,9 +35,9 @@ class Inductor(Backend):
         if model.form == "module":
             # Dynamo does not trace nn.LSTM/GRU (allow_rnn is off; turned on, tracing fails
             # on the CPU): the module would run eagerly under the name inductor.
+            loop = f"its cell loop model={model.twin}" if model.twin else "a cell-loop model"
             self.refuse(f"compiles cell-loop formulations; model={model_name} is an nn module "
-                        "that dynamo does not trace — use model=py or model=jit (their loop "
-                        "is compiled), or backend=aten")
+                        f"that dynamo does not trace — use {loop}, or backend=aten")
         # Inductor writes C++ for the CPU and builds it with the host compiler.
         if self.device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++")):
             self.refuse("needs a C++ compiler (g++) to compile for the CPU — install one, "
