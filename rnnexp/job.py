@@ -73,9 +73,14 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
     if cfg.bench.num_threads:
         torch.set_num_threads(cfg.bench.num_threads)
     with p.backend.context():
+        # Building (scripting, compiling) and verifying can take long: show them as phases.
+        _step(progress, "build")
         workload = p.backend.prepare(build_workload(cfg, spec))
+        _step(progress, "build", done=True)
         if cfg.bench.verify:
+            _step(progress, "verify")
             verification = verify(workload, spec.dtype, backward=cfg.bench.backward)
+            _step(progress, "verify", done=True)
         else:
             verification = Verification("skipped", detail="bench.verify=false")
         clock = clock_for(p.device)
@@ -104,6 +109,16 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
         started_at=started.isoformat(timespec="seconds"),
         duration_s=time.perf_counter() - t0,
     )
+
+
+def _step(progress: Optional[Progress], name: str, done: bool = False) -> None:
+    """A one-step progress phase around work that is not iterations."""
+    if progress is None:
+        return
+    if done:
+        progress.advance()
+    else:
+        progress.phase(name, 1)
 
 
 def plain_config(cfg: Any) -> dict[str, Any]:
