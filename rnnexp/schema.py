@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -110,9 +111,36 @@ class BackendConfig:
     cudnn_benchmark: bool = False
 
 
+# The default MLflow store: a SQLite file at the project root, as an absolute URI (a relative
+# one would land in each job's folder, wherever the command runs from).
+DEFAULT_TRACKING_URI = f"sqlite:///{Path(__file__).resolve().parent.parent / 'mlflow.db'}"
+FASTRNNS_FORMATS = ("oss", "pep")
+
+
 @dataclass
 class TrackingConfig:
-    enabled: bool = False
+    # Record every job as an MLflow run (tracking=none turns it off).
+    enabled: bool = True
+    # Any MLflow tracking URI: sqlite:////abs/path.db, http://host:port, postgresql://...
+    uri: str = DEFAULT_TRACKING_URI
+    experiment: str = "rnnexp"
+    # Also print fastrnns-compatible JSON (bench.py --print-json): "oss", "pep" or null.
+    fastrnns_json: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        uri = self.uri
+        if uri.startswith("sqlite:") and not (uri.startswith("sqlite:////")
+                                              or uri == "sqlite:///:memory:"):
+            raise ConfigError("uri", f"'{uri}' is not an absolute SQLite path",
+                              "use sqlite:////abs/path/mlflow.db")
+        if "://" not in uri and uri not in ("databricks", "databricks-uc"):
+            raise ConfigError("uri", f"'{uri}' is not a tracking URI",
+                              "use sqlite:////abs/path/mlflow.db or http://host:port")
+        if not self.experiment.strip():
+            raise ConfigError("experiment", "is empty", "name the MLflow experiment")
+        if self.fastrnns_json not in (None, *FASTRNNS_FORMATS):
+            raise ConfigError("fastrnns_json", f"'{self.fastrnns_json}' is not one of "
+                              f"{', '.join(FASTRNNS_FORMATS)}", "or null")
 
 
 @dataclass
