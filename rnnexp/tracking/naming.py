@@ -19,8 +19,12 @@ TAG_GROUPS = "rnnexp.groups"  # the config groups, comma-separated: the comparab
 
 
 def run_name(result: Result) -> str:
-    """model·backend·shape·device, e.g. jit_premul·te·small·cpu."""
-    return result.label
+    """model·backend·shape·device, e.g. jit_premul·te·small·cpu (the device choice when a
+    declined job never resolved one)."""
+    if result.device:
+        return result.label
+    keys = ("model", "backend", "shape", "device")
+    return "·".join(result.choices.get(k, "?") for k in keys)
 
 
 def sweep_name(overrides: Sequence[str], started: str) -> str:
