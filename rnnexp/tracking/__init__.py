@@ -30,6 +30,8 @@ def record_job(result: Result, output_dir: Path, tracking: TrackingConfig,
     from rnnexp.tracking import callback, mlflow_sink, store  # mlflow imports are slow
 
     parent = callback.read_sweep_file(sweep_dir) if sweep_dir else {}
+    if parent.get("offline"):  # the sweep already warned, naming its folder for sync
+        return None
     try:
         with store.http_limits():
             client, exp_id = store.connect(tracking.uri, tracking.experiment)

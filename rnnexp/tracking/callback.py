@@ -86,6 +86,8 @@ class SweepCallback(Callback):
                     info["run_id"] = open_parent(client, exp_id, info)
             except Exception as err:  # noqa: BLE001 — the sweep runs anyway
                 store.warn_offline(tracking.uri, err, sweep_dir)
+                # Jobs then skip the store instead of each waiting on it and warning again.
+                info["offline"] = store.short_reason(err)
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(info, indent=2))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -81,8 +82,14 @@ def connect(uri: str, experiment: str, create: bool = True):
 
 
 def short_reason(err: BaseException) -> str:
-    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    return text[:200]
+    """The cause in a few words: MLflow wraps a refused connection in three exceptions."""
+    text = str(err).strip()
+    os_error = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
+    if os_error:
+        return os_error.group(1).strip()
+    if "Max retries exceeded" in text or "timed out" in text.lower():
+        return "no answer"
+    return (text.splitlines()[0] if text else type(err).__name__)[:200]
 
 
 def warn_offline(uri: str, err: BaseException, output_dir: Path | None = None) -> None:
