@@ -31,9 +31,7 @@ def _declined(cfg: DictConfig, choices: dict, overrides: list, reason: str) -> R
                   status=UNSUPPORTED, reason=reason)
 
 
-@hydra.main(version_base="1.3", config_path=str(config_check.CONF_DIR),
-            config_name=config_check.CONFIG_NAME)
-def hydra_main(cfg: DictConfig) -> str:
+def run_job(cfg: DictConfig) -> str:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/")}
@@ -58,6 +56,12 @@ def hydra_main(cfg: DictConfig) -> str:
         raise
     _finish(result, cfg, output_dir, Path(hc.sweep.dir) if multirun else None)
     return result.status
+
+
+# Decorated by assignment so the plain function stays importable as rnnexp.cli.run_job:
+# hydra/launcher=joblib pickles the task function, by reference only if it can find it.
+hydra_main = hydra.main(version_base="1.3", config_path=str(config_check.CONF_DIR),
+                        config_name=config_check.CONFIG_NAME)(run_job)
 
 
 def _finish(result: Result, cfg: DictConfig, output_dir: Path, sweep_dir: Path | None) -> None:
