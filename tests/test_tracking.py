@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT, TINY, load_results
+from rnnexp import compare, sync
+from rnnexp.errors import ConfigError
+from rnnexp.schema import validate
+from rnnexp.tracking import store
+from tests.conftest import ROOT, TINY, compose_cfg, load_results
 
 SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no CUDA here)
 
@@ -23,6 +27,13 @@ def rnnexp(*args: str, module: str = "rnnexp", timeout: float = 300, cwd: Path =
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=env)
+
+
+def call(main, *args: str, capsys) -> tuple[int, str, str]:
+    """`python -m rnnexp.compare|sync ARGS` in this process (same code, no interpreter start)."""
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
 
 
 def sqlite(path: Path) -> str:
@@ -105,7 +116,7 @@ def test_sweep_is_one_parent_with_a_child_per_job(recorded_sweep):
     assert "needs a CUDA build" in declined.data.tags["reason"]
 
 
-def test_compare_speedups_table_and_chart(recorded_sweep, tmp_path):
+def test_compare_speedups_table_and_chart(recorded_sweep, tmp_path, capsys):
     tmp, _ = recorded_sweep
     uri = sqlite(tmp / "mlflow.db")
     png = tmp_path / "chart.png"
@@ -119,22 +130,28 @@ def test_compare_speedups_table_and_chart(recorded_sweep, tmp_path):
     client, parents, _ = runs_of(uri)
     assert "compare/chart.png" in artifacts(client, parents[0].info.run_id)
 
-    bad = rnnexp("--baseline", "model=gru", "--tracking-uri", uri, module="rnnexp.compare")
-    assert bad.returncode == 2
-    assert bad.stderr.strip() == "error: --baseline model=gru: matches no timed run of this " \
-                                 "sweep — model was lstm, py"
-    bad = rnnexp("--baseline", "color=red", "--tracking-uri", uri, module="rnnexp.compare")
-    assert bad.returncode == 2 and "not a config group of this sweep" in bad.stderr
-    missing = rnnexp("--tracking-uri", sqlite(tmp_path / "none.db"), module="rnnexp.compare")
-    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
-    assert "no MLflow store" in missing.stderr
+    rc, _, err = call(compare.main, "--baseline", "model=gru", "--tracking-uri", uri,
+                      capsys=capsys)
+    assert rc == 2
+    assert err.strip() == "error: --baseline model=gru: matches no timed run of this " \
+                          "sweep — model was lstm, py"
+    rc, _, err = call(compare.main, "--baseline", "color=red", "--tracking-uri", uri,
+                      capsys=capsys)
+    assert rc == 2 and "not a config group of this sweep" in err
+    rc, _, err = call(compare.main, "no-such-sweep", "--tracking-uri", uri, capsys=capsys)
+    assert rc == 2 and "sweep 'no-such-sweep': no parent run" in err
+    rc, _, err = call(compare.main, "--tracking-uri", sqlite(tmp_path / "none.db"),
+                      capsys=capsys)
+    assert rc == 2 and err.strip() == f"error: no MLflow store at {tmp_path / 'none.db'} — " \
+                                      "check --tracking-uri"
 
 
-def test_compare_without_sweep_is_one_line(run_cli, tmp_path):
-    assert run_cli(*TINY).returncode == 0  # a single run: a store, but no sweep
-    proc = rnnexp("--tracking-uri", sqlite(tmp_path / "mlflow.db"), module="rnnexp.compare")
-    assert proc.returncode == 2
-    assert proc.stderr.strip().startswith("error: no sweep recorded in this experiment")
+def test_compare_without_sweep_is_one_line(tmp_path, capsys):
+    uri = sqlite(tmp_path / "mlflow.db")
+    store.connect(uri, "rnnexp")  # a store and experiment, but no sweep
+    rc, _, err = call(compare.main, "--tracking-uri", uri, capsys=capsys)
+    assert rc == 2
+    assert err.strip().startswith("error: no sweep recorded in this experiment")
 
 
 @pytest.mark.slow
@@ -149,7 +166,8 @@ def test_parallel_sweep_on_a_fresh_store_loses_nothing(run_cli, tmp_path):
     assert parents[0].info.status == "FINISHED"
 
 
-def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp_path):
+def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp_path,
+                                                                   capsys):
     t0 = time.monotonic()
     proc = run_cli(*TINY, f"tracking.uri=http://127.0.0.1:{free_port()}")
     assert time.monotonic() - t0 < 60  # no retry hang
@@ -162,48 +180,43 @@ def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp
     up = rnnexp(str(tmp_path / "run"), "--tracking-uri", uri, module="rnnexp.sync")
     assert up.returncode == 0, up.stderr
     assert "1 uploaded, 0 already recorded" in up.stdout
-    again = rnnexp(str(tmp_path / "run"), "--tracking-uri", uri, module="rnnexp.sync")
-    assert "0 uploaded, 1 already recorded" in again.stdout
+    rc, out, _ = call(sync.main, str(tmp_path / "run"), "--tracking-uri", uri, capsys=capsys)
+    assert rc == 0 and "0 uploaded, 1 already recorded" in out
     _, parents, children = runs_of(uri)
     assert not parents and len(children) == 1 and children[0].info.status == "FINISHED"
     assert children[0].data.metrics["fwd_n"] == 3
 
 
-def test_offline_sweep_syncs_as_parent_and_children(run_cli, tmp_path):
+def test_offline_sweep_syncs_as_parent_and_children(run_cli, tmp_path, capsys):
     proc = run_cli("model=lstm,py", *TINY, f"tracking.uri=http://127.0.0.1:{free_port()}",
                    multirun=True)
     assert proc.returncode == 0, proc.stderr
     assert len([ln for ln in proc.stderr.splitlines() if "not reachable" in ln]) == 1
     uri = sqlite(tmp_path / "later.db")
     for expected in ("2 uploaded, 0 already recorded", "0 uploaded, 2 already recorded"):
-        up = rnnexp(str(tmp_path / "sweep"), "--tracking-uri", uri, module="rnnexp.sync")
-        assert up.returncode == 0, up.stderr
-        assert expected in up.stdout
+        rc, out, err = call(sync.main, str(tmp_path / "sweep"), "--tracking-uri", uri,
+                            capsys=capsys)
+        assert rc == 0, err
+        assert expected in out
     client, parents, children = runs_of(uri)
     assert len(parents) == 1 and len(children) == 2
     assert parents[0].info.status == "FINISHED"
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
 
 
-def test_sync_bad_folder_is_one_line(tmp_path):
-    proc = rnnexp(str(tmp_path / "nope"), module="rnnexp.sync")
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
+def test_sync_bad_folder_is_one_line(tmp_path, capsys):
+    rc, _, err = call(sync.main, str(tmp_path / "nope"), capsys=capsys)
+    assert rc == 2
+    assert err.strip().splitlines() == [
         f"error: {tmp_path / 'nope'}: no such folder — give a run or sweep folder under outputs/"]
 
 
-def test_tracking_none_records_nothing(run_cli, tmp_path):
-    proc = run_cli(*TINY, "tracking=none")
-    assert proc.returncode == 0, proc.stderr
-    assert not (tmp_path / "mlflow.db").exists()
-    assert (tmp_path / "run" / "results.json").exists()
-
-
-def test_relative_sqlite_uri_is_refused_in_one_line(run_cli):
-    proc = run_cli(*TINY, "tracking.uri=sqlite:///mlflow.db")
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == ("error: tracking.uri: 'sqlite:///mlflow.db' is not an "
-                                   "absolute SQLite path — use sqlite:////abs/path/mlflow.db")
+def test_relative_sqlite_uri_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(["tracking.uri=sqlite:///mlflow.db"]))
+    assert str(err.value) == ("tracking.uri: 'sqlite:///mlflow.db' is not an absolute SQLite "
+                              "path — use sqlite:////abs/path/mlflow.db")
+    assert validate(compose_cfg()).tracking.uri == f"sqlite:///{ROOT / 'mlflow.db'}"
 
 
 @pytest.mark.slow
@@ -240,8 +253,10 @@ def test_runs_reach_a_real_mlflow_server(run_cli, tmp_path):
             server.kill()
 
 
-def test_fastrnns_json_on_the_command_line(run_cli):
+def test_tracking_none_records_nothing_and_prints_fastrnns_json(run_cli, tmp_path):
     proc = run_cli(*TINY, "tracking=none", "tracking.fastrnns_json=oss")
     assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+    assert (tmp_path / "run" / "results.json").exists()
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(data) == {"lstm", "lstm-backward"} and set(data["lstm"]) == {"aten"}
