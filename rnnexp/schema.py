@@ -9,6 +9,7 @@ out-of-range values before anything is built or timed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -111,9 +112,11 @@ class BackendConfig:
     cudnn_benchmark: bool = False
 
 
-# The default MLflow store: a SQLite file at the project root, as an absolute URI (a relative
-# one would land in each job's folder, wherever the command runs from).
-DEFAULT_TRACKING_URI = f"sqlite:///{Path(__file__).resolve().parent.parent / 'mlflow.db'}"
+# The project's MLflow store: a SQLite file at the project root, as an absolute URI (a
+# relative one would land in each job's folder, wherever the command runs from). MLflow's own
+# MLFLOW_TRACKING_URI, when set, is the default instead.
+PROJECT_TRACKING_URI = f"sqlite:///{Path(__file__).resolve().parent.parent / 'mlflow.db'}"
+DEFAULT_TRACKING_URI = os.environ.get("MLFLOW_TRACKING_URI") or PROJECT_TRACKING_URI
 FASTRNNS_FORMATS = ("oss", "pep")
 
 

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from rnnexp import compare, sync
 from rnnexp.errors import ConfigError
-from rnnexp.schema import validate
+from rnnexp.schema import PROJECT_TRACKING_URI, validate
 from rnnexp.tracking import store
 from tests.conftest import ROOT, TINY, compose_cfg, load_results
 
@@ -25,6 +25,7 @@ SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no 
 def rnnexp(*args: str, module: str = "rnnexp", timeout: float = 300, cwd: Path = ROOT
            ) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("MLFLOW_TRACKING_URI", None)  # every call here names its store
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=env)
 
@@ -216,7 +217,7 @@ def test_relative_sqlite_uri_is_refused_in_one_line():
         validate(compose_cfg(["tracking.uri=sqlite:///mlflow.db"]))
     assert str(err.value) == ("tracking.uri: 'sqlite:///mlflow.db' is not an absolute SQLite "
                               "path — use sqlite:////abs/path/mlflow.db")
-    assert validate(compose_cfg()).tracking.uri == f"sqlite:///{ROOT / 'mlflow.db'}"
+    assert PROJECT_TRACKING_URI == f"sqlite:///{ROOT / 'mlflow.db'}"
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import textwrap
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -81,7 +82,7 @@ def bar_chart(labels: Sequence[str], fwd: Sequence[Optional[float]],
         ax.bar(x + offset, arr(values), width=0.4, label=name, yerr=errors, capsize=3)
     ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("median time per iteration (ms)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(textwrap.fill(title, 70), fontsize=9)  # sweep names can be long
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
