@@ -16,7 +16,8 @@ from mlflow.tracking import MlflowClient
 from rnnexp import compare, sync
 from rnnexp.errors import ConfigError
 from rnnexp.schema import PROJECT_TRACKING_URI, validate
-from rnnexp.tracking import store
+from rnnexp.results import CRASHED, INTERRUPTED, Result
+from rnnexp.tracking import mlflow_sink, store
 from tests.conftest import ROOT, TINY, compose_cfg, load_results
 
 SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no CUDA here)
@@ -261,3 +262,20 @@ def test_tracking_none_records_nothing_and_prints_fastrnns_json(run_cli, tmp_pat
     assert (tmp_path / "run" / "results.json").exists()
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(data) == {"lstm", "lstm-backward"} and set(data["lstm"]) == {"aten"}
+
+
+def test_crash_and_ctrl_c_become_failed_and_killed_runs(tmp_path):
+    uri = sqlite(tmp_path / "mlflow.db")
+    client, exp_id = store.connect(uri, "rnnexp")
+    statuses = {}
+    for status in (CRASHED, INTERRUPTED):
+        folder = tmp_path / status
+        folder.mkdir()
+        result = Result(choices={"model": "lstm", "backend": "aten"}, overrides=[], config={},
+                        status=status, reason="RuntimeError: boom")
+        result.save(folder)
+        run_id = mlflow_sink.log_result(client, exp_id, result, folder)
+        run = client.get_run(run_id)
+        statuses[status] = (run.info.status, run.data.tags["reason"])
+    assert statuses == {CRASHED: ("FAILED", "RuntimeError: boom"),
+                        INTERRUPTED: ("KILLED", "RuntimeError: boom")}
