@@ -12,10 +12,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.markup import escape
 
-from rnnexp import config_check, isolation, job, schema
+from rnnexp import config_check, fastrnns_json, isolation, job, schema, tracking
 from rnnexp.errors import RnnexpError
 from rnnexp.report import RichProgress, console, err_console, results_table
-from rnnexp.results import UNSUPPORTED, Result
+from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
+from rnnexp.tracking import naming
 
 EXIT_USER_ERROR = 2
 
@@ -30,9 +31,7 @@ def _declined(cfg: DictConfig, choices: dict, overrides: list, reason: str) -> R
                   status=UNSUPPORTED, reason=reason)
 
 
-@hydra.main(version_base="1.3", config_path=str(config_check.CONF_DIR),
-            config_name=config_check.CONFIG_NAME)
-def hydra_main(cfg: DictConfig) -> str:
+def run_job(cfg: DictConfig) -> str:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/")}
@@ -49,10 +48,33 @@ def hydra_main(cfg: DictConfig) -> str:
         # In a sweep, a combination that cannot run is reported and the sweep goes on.
         err_console.print(f"[yellow]declined:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         result = _declined(cfg, choices, overrides, str(err))
+    except (Exception, KeyboardInterrupt) as err:
+        # A crash or Ctrl-C is still recorded (a FAILED or KILLED run), then propagates.
+        result = _declined(cfg, choices, overrides, f"{type(err).__name__}: {err}")
+        result.status = INTERRUPTED if isinstance(err, KeyboardInterrupt) else CRASHED
+        _finish(result, cfg, output_dir, Path(hc.sweep.dir) if multirun else None)
+        raise
+    _finish(result, cfg, output_dir, Path(hc.sweep.dir) if multirun else None)
+    return result.status
+
+
+# Decorated by assignment so the plain function stays importable as rnnexp.cli.run_job:
+# hydra/launcher=joblib pickles the task function, by reference only if it can find it.
+hydra_main = hydra.main(version_base="1.3", config_path=str(config_check.CONF_DIR),
+                        config_name=config_check.CONFIG_NAME)(run_job)
+
+
+def _finish(result: Result, cfg: DictConfig, output_dir: Path, sweep_dir: Path | None) -> None:
+    """The sinks: results.json, the table, fastrnns JSON, MLflow (a sweep's summary and
+    fastrnns JSON come from its callback)."""
+    naming.stamp(result)
     result.save(output_dir)
     console.print(results_table([result]))
     console.print(f"results: {output_dir / 'results.json'}", highlight=False)
-    return result.status
+    track = tracking.config_of(cfg)
+    if track.fastrnns_json and sweep_dir is None:
+        print(fastrnns_json.render([result], track.fastrnns_json), flush=True)
+    tracking.record_job(result, output_dir, track, sweep_dir)
 
 
 def main() -> None:

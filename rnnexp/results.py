@@ -22,6 +22,8 @@ SCHEMA_VERSION = 1
 OK = "ok"  # timed, verified (or verification skipped on request)
 INVALID = "verification_failed"  # timed numbers exist but are not a valid result
 UNSUPPORTED = "unsupported"  # declined before any timing, with a reason
+CRASHED = "crashed"  # an exception stopped the job (recorded, then re-raised)
+INTERRUPTED = "interrupted"  # Ctrl-C
 
 
 @dataclass

@@ -9,7 +9,9 @@ out-of-range values before anything is built or timed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import os
 from enum import Enum
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -162,9 +164,38 @@ class InductorConfig(BackendConfig):
             raise ConfigError("mode", f"'{self.mode}' is not one of {', '.join(INDUCTOR_MODES)}")
 
 
+# The project's MLflow store: a SQLite file at the project root, as an absolute URI (a
+# relative one would land in each job's folder, wherever the command runs from). MLflow's own
+# MLFLOW_TRACKING_URI, when set, is the default instead.
+PROJECT_TRACKING_URI = f"sqlite:///{Path(__file__).resolve().parent.parent / 'mlflow.db'}"
+DEFAULT_TRACKING_URI = os.environ.get("MLFLOW_TRACKING_URI") or PROJECT_TRACKING_URI
+FASTRNNS_FORMATS = ("oss", "pep")
+
+
 @dataclass
 class TrackingConfig:
-    enabled: bool = False
+    # Record every job as an MLflow run (tracking=none turns it off).
+    enabled: bool = True
+    # Any MLflow tracking URI: sqlite:////abs/path.db, http://host:port, postgresql://...
+    uri: str = DEFAULT_TRACKING_URI
+    experiment: str = "rnnexp"
+    # Also print fastrnns-compatible JSON (bench.py --print-json): "oss", "pep" or null.
+    fastrnns_json: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        uri = self.uri
+        if uri.startswith("sqlite:") and not (uri.startswith("sqlite:////")
+                                              or uri == "sqlite:///:memory:"):
+            raise ConfigError("uri", f"'{uri}' is not an absolute SQLite path",
+                              "use sqlite:////abs/path/mlflow.db")
+        if "://" not in uri and uri not in ("databricks", "databricks-uc"):
+            raise ConfigError("uri", f"'{uri}' is not a tracking URI",
+                              "use sqlite:////abs/path/mlflow.db or http://host:port")
+        if not self.experiment.strip():
+            raise ConfigError("experiment", "is empty", "name the MLflow experiment")
+        if self.fastrnns_json not in (None, *FASTRNNS_FORMATS):
+            raise ConfigError("fastrnns_json", f"'{self.fastrnns_json}' is not one of "
+                              f"{', '.join(FASTRNNS_FORMATS)}", "or null")
 
 
 @dataclass

@@ -41,7 +41,10 @@ def run_cli(tmp_path):
         dirs = [f"hydra.sweep.dir={tmp_path}/sweep"] if multirun else \
             [f"hydra.run.dir={tmp_path}/run"]
         cmd = [sys.executable, "-m", "rnnexp", *(["-m"] if multirun else []), *args, *dirs]
-        full_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+        # Never the project's mlflow.db: the default store is one of the test's own (through
+        # MLflow's env var, so it is not among the overrides a test checks).
+        full_env = {**os.environ, "PYTHONWARNINGS": "ignore",
+                    "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", **(env or {})}
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                               env=full_env)
 

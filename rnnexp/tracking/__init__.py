@@ -1,0 +1,42 @@
+"""MLflow tracking: every job a run, every sweep a parent run.
+
+Everything here derives from a `Result` and the job's output folder, so a job logs live what
+`rnnexp.sync` can upload later. Models and the timer know nothing of MLflow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from rnnexp.results import Result
+from rnnexp.schema import TrackingConfig
+
+
+def config_of(cfg: DictConfig) -> TrackingConfig:
+    return OmegaConf.to_object(cfg.tracking)  # type: ignore[return-value]
+
+
+def record_job(result: Result, output_dir: Path, tracking: TrackingConfig,
+               sweep_dir: Optional[Path] = None) -> Optional[str]:
+    """Log one job's saved result as an MLflow run (a child when its sweep has a parent).
+
+    Never raises: an unreachable store costs a one-line warning, the results stay on disk.
+    """
+    if not tracking.enabled:
+        return None
+    from rnnexp.tracking import callback, mlflow_sink, store  # mlflow imports are slow
+
+    parent = callback.read_sweep_file(sweep_dir) if sweep_dir else {}
+    if parent.get("offline"):  # the sweep already warned, naming its folder for sync
+        return None
+    try:
+        with store.http_limits():
+            client, exp_id = store.connect(tracking.uri, tracking.experiment)
+            return mlflow_sink.log_result(client, exp_id, result, output_dir,
+                                          parent_run_id=parent.get("run_id"))
+    except Exception as err:  # noqa: BLE001 — any failure of the store must not lose the result
+        store.warn_offline(tracking.uri, err, output_dir)
+        return None

@@ -1,0 +1,102 @@
+"""Reaching an MLflow store: the client, the experiment, and failing fast when it is down."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from rich.markup import escape
+
+from rnnexp.errors import RnnexpError
+
+# Alembic and MLflow log every schema migration of a fresh SQLite store at INFO.
+for _name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+# MLflow retries an HTTP request 7 times with backoff and a 120 s timeout by default: minutes
+# of hanging when the server is down. The results are on disk, so fail fast instead.
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+
+
+class StoreError(RnnexpError):
+    """The tracking store cannot be used (unreachable, missing, not an MLflow store)."""
+
+
+@contextmanager
+def http_limits() -> Iterator[None]:
+    """Low retry/timeout for MLflow's HTTP client, unless the user set their own."""
+    added = {k: v for k, v in HTTP_LIMITS.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    # sqlite:////abs/path.db → /abs/path.db (urlparse would keep a leading "//")
+    if not uri.startswith("sqlite:///") or uri.endswith(":memory:"):
+        return None
+    return Path(uri[len("sqlite:///"):].split("?", 1)[0])
+
+
+def artifact_location(uri: str) -> str | None:
+    """Artifacts of a SQLite store next to the DB file; MLflow's default is ./mlruns of
+    whatever the cwd is when the experiment is created. A server decides for itself."""
+    path = sqlite_path(uri)
+    return str(path.parent / "mlruns") if path else None
+
+
+def connect(uri: str, experiment: str, create: bool = True):
+    """(MlflowClient, experiment id); creates the SQLite file and the experiment if asked.
+
+    Creation is race-safe: a sweep creates both before any job starts (parallel first use
+    of a SQLite DB races on MLflow's schema migration), and a concurrent creator's
+    experiment is picked up if create_experiment loses.
+    """
+    from mlflow.tracking import MlflowClient
+
+    path = sqlite_path(uri)
+    if path is not None:
+        if not create and not path.exists():
+            raise StoreError(f"no MLflow store at {path} — check --tracking-uri")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        if not create:
+            raise StoreError(f"no experiment '{experiment}' at {uri} — check --experiment")
+        try:
+            return client, client.create_experiment(experiment,
+                                                    artifact_location=artifact_location(uri))
+        except Exception:  # noqa: BLE001 — someone else created it first
+            exp = client.get_experiment_by_name(experiment)
+            if exp is None:
+                raise
+    return client, exp.experiment_id
+
+
+def short_reason(err: BaseException) -> str:
+    """The cause in a few words: MLflow wraps a refused connection in three exceptions."""
+    text = str(err).strip()
+    os_error = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
+    if os_error:
+        return os_error.group(1).strip()
+    if "Max retries exceeded" in text or "timed out" in text.lower():
+        return "no answer"
+    return (text.splitlines()[0] if text else type(err).__name__)[:200]
+
+
+def warn_offline(uri: str, err: BaseException, output_dir: Path | None = None) -> None:
+    from rnnexp.report import err_console
+
+    where = f"results kept in {output_dir}; upload later: python -m rnnexp.sync {output_dir}" \
+        if output_dir else "results kept on disk; upload later with python -m rnnexp.sync"
+    err_console.print(f"[yellow]warning:[/] MLflow store {escape(uri)} not reachable "
+                      f"({escape(short_reason(err))}) — {escape(where)}",
+                      highlight=False, soft_wrap=True)

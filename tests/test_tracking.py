@@ -1,0 +1,281 @@
+"""MLflow tracking end to end: real Hydra sweeps, real MLflow stores, no mocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rnnexp import compare, sync
+from rnnexp.errors import ConfigError
+from rnnexp.schema import PROJECT_TRACKING_URI, validate
+from rnnexp.results import CRASHED, INTERRUPTED, Result
+from rnnexp.tracking import mlflow_sink, store
+from tests.conftest import ROOT, TINY, compose_cfg, load_results
+
+SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no CUDA here)
+
+
+def rnnexp(*args: str, module: str = "rnnexp", timeout: float = 300, cwd: Path = ROOT
+           ) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("MLFLOW_TRACKING_URI", None)  # every call here names its store
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def call(main, *args: str, capsys) -> tuple[int, str, str]:
+    """`python -m rnnexp.compare|sync ARGS` in this process (same code, no interpreter start)."""
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def sqlite(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def runs_of(uri: str) -> tuple[MlflowClient, list, list]:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("rnnexp")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("rnnexp.kind") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("rnnexp.kind") == "job"]
+    return client, parents, children
+
+
+def artifacts(client: MlflowClient, run_id: str, path: str = "") -> set[str]:
+    out = set()
+    for item in client.list_artifacts(run_id, path or None):
+        out |= artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    return out
+
+
+@pytest.fixture(scope="module")
+def recorded_sweep(tmp_path_factory):
+    """One 4-job sweep (basic launcher) recorded in a fresh store, shared by several tests."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    root_db = ROOT / "mlflow.db"
+    before = root_db.stat().st_mtime if root_db.exists() else None
+    proc = rnnexp("-m", *SWEEP, f"tracking.uri={sqlite(tmp / 'mlflow.db')}",
+                  f"hydra.sweep.dir={tmp}/sweep")
+    assert proc.returncode == 0, proc.stderr
+    after = root_db.stat().st_mtime if root_db.exists() else None
+    assert before == after, "a test wrote to the project's mlflow.db"
+    return tmp, proc
+
+
+def test_sweep_is_one_parent_with_a_child_per_job(recorded_sweep):
+    tmp, proc = recorded_sweep
+    assert "rnnexp sweep: 4 jobs" in proc.stdout  # the summary table at the end
+    client, parents, children = runs_of(sqlite(tmp / "mlflow.db"))
+    assert len(parents) == 1 and len(children) == 4
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    assert {"summary/summary.json", "summary/summary.csv", "summary/summary.md",
+            "summary/fwd_bwd.png"} <= artifacts(client, parent.info.run_id)
+    assert parent.data.tags["jobs"] == "4" and parent.data.tags["jobs_ok"] == "2"
+
+    by_name = {c.info.run_name: c for c in children}
+    assert set(by_name) == {"lstm·aten·small·cpu", "py·aten·small·cpu",
+                            "lstm·cudnn·small·auto", "py·cudnn·small·auto"}
+    ok = by_name["lstm·aten·small·cpu"]
+    assert ok.info.status == "FINISHED"
+    p, m, t = ok.data.params, ok.data.metrics, ok.data.tags
+    assert (p["model"], p["backend"], p["shape"], p["bench"]) == ("lstm", "aten", "small", "quick")
+    assert p["shape.hidden_size"] == "32" and p["bench.iters"] == "3" and p["dtype"] == "float32"
+    for prefix in ("fwd", "bwd", "total"):
+        for stat in ("median_ms", "iqr_ms", "mean_ms", "std_ms", "min_ms", "max_ms", "p10_ms",
+                     "p90_ms", "cv", "n", "tokens_per_s", "gflops", "gbps"):
+            assert f"{prefix}_{stat}" in m, f"{prefix}_{stat}"
+    assert m["fwd_n"] == 3 and m["verify_max_abs_error"] < 1e-3
+    fwd = client.get_metric_history(ok.info.run_id, "fwd_ms")
+    assert sorted(x.step for x in fwd) == [0, 1, 2]
+    assert len(client.get_metric_history(ok.info.run_id, "bwd_ms")) == 3
+    assert t["status"] == "ok" and t["verification"] == "passed" and t["torch"]
+    assert t["device"] == "cpu" and t["cpu_name"] and t["host"] and t["backend_resolved"] == "aten"
+    assert "model=lstm" in t["overrides"] and "git_commit" in t
+    assert {".hydra/config.yaml", ".hydra/overrides.yaml", "results.json",
+            "config/resolved.yaml"} <= artifacts(client, ok.info.run_id)
+
+    declined = by_name["py·cudnn·small·auto"]
+    assert declined.info.status == "FAILED"
+    assert declined.data.tags["status"] == "unsupported"
+    assert "needs a CUDA build" in declined.data.tags["reason"]
+
+
+def test_compare_speedups_table_and_chart(recorded_sweep, tmp_path, capsys):
+    tmp, _ = recorded_sweep
+    uri = sqlite(tmp / "mlflow.db")
+    png = tmp_path / "chart.png"
+    proc = rnnexp("--baseline", "model=lstm", "--tracking-uri", uri, "--output", str(png),
+                  module="rnnexp.compare")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "fwd speedup" in out and "bwd speedup" in out and "1.00×" in out
+    assert "unsupported" in out and png.stat().st_size > 1000
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    client, parents, _ = runs_of(uri)
+    assert "compare/chart.png" in artifacts(client, parents[0].info.run_id)
+
+    rc, _, err = call(compare.main, "--baseline", "model=gru", "--tracking-uri", uri,
+                      capsys=capsys)
+    assert rc == 2
+    assert err.strip() == "error: --baseline model=gru: matches no timed run of this " \
+                          "sweep — model was lstm, py"
+    rc, _, err = call(compare.main, "--baseline", "color=red", "--tracking-uri", uri,
+                      capsys=capsys)
+    assert rc == 2 and "not a config group of this sweep" in err
+    rc, _, err = call(compare.main, "no-such-sweep", "--tracking-uri", uri, capsys=capsys)
+    assert rc == 2 and "sweep 'no-such-sweep': no parent run" in err
+    rc, _, err = call(compare.main, "--tracking-uri", sqlite(tmp_path / "none.db"),
+                      capsys=capsys)
+    assert rc == 2 and err.strip() == f"error: no MLflow store at {tmp_path / 'none.db'} — " \
+                                      "check --tracking-uri"
+
+
+def test_compare_without_sweep_is_one_line(tmp_path, capsys):
+    uri = sqlite(tmp_path / "mlflow.db")
+    store.connect(uri, "rnnexp")  # a store and experiment, but no sweep
+    rc, _, err = call(compare.main, "--tracking-uri", uri, capsys=capsys)
+    assert rc == 2
+    assert err.strip().startswith("error: no sweep recorded in this experiment")
+
+
+@pytest.mark.slow
+def test_parallel_sweep_on_a_fresh_store_loses_nothing(run_cli, tmp_path):
+    proc = run_cli(*SWEEP, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", multirun=True)
+    assert proc.returncode == 0, proc.stderr
+    client, parents, children = runs_of(sqlite(tmp_path / "mlflow.db"))
+    assert len(parents) == 1 and len(children) == 4
+    assert sorted(c.info.status for c in children) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
+    assert all(c.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for c in children)
+    assert all(c.data.tags.get("rnnexp.result_id") for c in children)
+    assert parents[0].info.status == "FINISHED"
+
+
+def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp_path,
+                                                                   capsys):
+    t0 = time.monotonic()
+    proc = run_cli(*TINY, f"tracking.uri=http://127.0.0.1:{free_port()}")
+    assert time.monotonic() - t0 < 60  # no retry hang
+    assert proc.returncode == 0, proc.stderr
+    assert load_results(tmp_path / "run")["status"] == "ok"
+    warnings = [ln for ln in proc.stderr.splitlines() if "not reachable" in ln]
+    assert len(warnings) == 1 and "python -m rnnexp.sync" in warnings[0]
+
+    uri = sqlite(tmp_path / "later.db")
+    up = rnnexp(str(tmp_path / "run"), "--tracking-uri", uri, module="rnnexp.sync")
+    assert up.returncode == 0, up.stderr
+    assert "1 uploaded, 0 already recorded" in up.stdout
+    rc, out, _ = call(sync.main, str(tmp_path / "run"), "--tracking-uri", uri, capsys=capsys)
+    assert rc == 0 and "0 uploaded, 1 already recorded" in out
+    _, parents, children = runs_of(uri)
+    assert not parents and len(children) == 1 and children[0].info.status == "FINISHED"
+    assert children[0].data.metrics["fwd_n"] == 3
+
+
+def test_offline_sweep_syncs_as_parent_and_children(run_cli, tmp_path, capsys):
+    proc = run_cli("model=lstm,py", *TINY, f"tracking.uri=http://127.0.0.1:{free_port()}",
+                   multirun=True)
+    assert proc.returncode == 0, proc.stderr
+    assert len([ln for ln in proc.stderr.splitlines() if "not reachable" in ln]) == 1
+    uri = sqlite(tmp_path / "later.db")
+    for expected in ("2 uploaded, 0 already recorded", "0 uploaded, 2 already recorded"):
+        rc, out, err = call(sync.main, str(tmp_path / "sweep"), "--tracking-uri", uri,
+                            capsys=capsys)
+        assert rc == 0, err
+        assert expected in out
+    client, parents, children = runs_of(uri)
+    assert len(parents) == 1 and len(children) == 2
+    assert parents[0].info.status == "FINISHED"
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+
+
+def test_sync_bad_folder_is_one_line(tmp_path, capsys):
+    rc, _, err = call(sync.main, str(tmp_path / "nope"), capsys=capsys)
+    assert rc == 2
+    assert err.strip().splitlines() == [
+        f"error: {tmp_path / 'nope'}: no such folder — give a run or sweep folder under outputs/"]
+
+
+def test_relative_sqlite_uri_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(["tracking.uri=sqlite:///mlflow.db"]))
+    assert str(err.value) == ("tracking.uri: 'sqlite:///mlflow.db' is not an absolute SQLite "
+                              "path — use sqlite:////abs/path/mlflow.db")
+    assert PROJECT_TRACKING_URI == f"sqlite:///{ROOT / 'mlflow.db'}"
+
+
+@pytest.mark.slow
+def test_runs_reach_a_real_mlflow_server(run_cli, tmp_path):
+    port = free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1",
+         "--backend-store-uri", sqlite(tmp_path / "server.db"),
+         "--artifacts-destination", str(tmp_path / "server-artifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert server.poll() is None, "mlflow server exited"
+                assert time.monotonic() < deadline, "mlflow server did not start in 90 s"
+                time.sleep(0.5)
+        uri = f"http://127.0.0.1:{port}"
+        proc = run_cli(*TINY, f"tracking.uri={uri}")
+        assert proc.returncode == 0, proc.stderr
+        assert "not reachable" not in proc.stderr
+        client, _, children = runs_of(uri)
+        assert len(children) == 1 and children[0].info.status == "FINISHED"
+        assert "results.json" in artifacts(client, children[0].info.run_id)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def test_tracking_none_records_nothing_and_prints_fastrnns_json(run_cli, tmp_path):
+    proc = run_cli(*TINY, "tracking=none", "tracking.fastrnns_json=oss")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+    assert (tmp_path / "run" / "results.json").exists()
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(data) == {"lstm", "lstm-backward"} and set(data["lstm"]) == {"aten"}
+
+
+def test_crash_and_ctrl_c_become_failed_and_killed_runs(tmp_path):
+    uri = sqlite(tmp_path / "mlflow.db")
+    client, exp_id = store.connect(uri, "rnnexp")
+    statuses = {}
+    for status in (CRASHED, INTERRUPTED):
+        folder = tmp_path / status
+        folder.mkdir()
+        result = Result(choices={"model": "lstm", "backend": "aten"}, overrides=[], config={},
+                        status=status, reason="RuntimeError: boom")
+        result.save(folder)
+        run_id = mlflow_sink.log_result(client, exp_id, result, folder)
+        run = client.get_run(run_id)
+        statuses[status] = (run.info.status, run.data.tags["reason"])
+    assert statuses == {CRASHED: ("FAILED", "RuntimeError: boom"),
+                        INTERRUPTED: ("KILLED", "RuntimeError: boom")}
