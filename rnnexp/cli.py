@@ -46,7 +46,8 @@ def run_job(cfg: DictConfig) -> str:
         if not multirun:
             fail(str(err))
         # In a sweep, a combination that cannot run is reported and the sweep goes on.
-        err_console.print(f"[yellow]declined:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]declined:[/] {escape(str(err))}", highlight=False,
+                          soft_wrap=True)
         result = _declined(cfg, choices, overrides, str(err))
     except (Exception, KeyboardInterrupt) as err:
         # A crash or Ctrl-C is still recorded (a FAILED or KILLED run), then propagates.

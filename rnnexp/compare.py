@@ -180,7 +180,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False,
                           soft_wrap=True)
         return 2
-    except Exception as err:  # noqa: BLE001 — an unreachable store: one line
+    except Exception as err:
         err_console.print(f"[bold red]error:[/] MLflow store {escape(args.tracking_uri)}: "
                           f"{escape(store.short_reason(err))}", highlight=False, soft_wrap=True)
         return 2

@@ -52,7 +52,8 @@ def execute(planned: job.Plan, progress: Progress | None = None) -> Result:
             except queue_mod.Empty:
                 if not proc.is_alive():
                     raise errors.RnnexpError(f"the isolated job process exited with code "
-                                             f"{proc.exitcode} before reporting a result")
+                                             f"{proc.exitcode} before reporting a result"
+                                             ) from None
                 continue
             if msg[0] == "phase" and progress:
                 progress.phase(msg[1], msg[2])

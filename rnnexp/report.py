@@ -31,7 +31,7 @@ class RichProgress:
         )
         self._task: Optional[int] = None
 
-    def __enter__(self) -> "RichProgress":
+    def __enter__(self) -> RichProgress:
         self._bar.start()
         return self
 
@@ -78,7 +78,8 @@ def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
         if r.status not in (OK,) and not r.phases:
             table.add_row(r.choices.get("model", "?"), r.choices.get("backend", "?"),
                           r.choices.get("shape", "?"), r.device or "—", r.dtype or "—",
-                          "—", "—", "—", "—", "—", "—", f"[yellow]{r.status}[/]: {escape(r.reason)}")
+                          "—", "—", "—", "—", "—", "—",
+                          f"[yellow]{r.status}[/]: {escape(r.reason)}")
             continue
         rate = r.phases.get("total") or r.phases["forward"]
         backend = r.choices.get("backend", "?")

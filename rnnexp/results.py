@@ -64,7 +64,7 @@ class Result:
         return path
 
     @classmethod
-    def load(cls, path: Path) -> "Result":
+    def load(cls, path: Path) -> Result:
         data = json.loads(Path(path).read_text())
         return cls(**data)
 

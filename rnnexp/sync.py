@@ -91,7 +91,7 @@ def sync_folder(folder: Path, uri: Optional[str], experiment: Optional[str]) -> 
                 callback.close_parent(client, parent, jobs, folder)
     except RnnexpError:
         raise
-    except Exception as err:  # noqa: BLE001 — one line, not a traceback
+    except Exception as err:
         raise RnnexpError(f"MLflow store {uri}: {store.short_reason(err)}") from None
     return sum(done), len(done) - sum(done)
 

@@ -108,7 +108,7 @@ class Samples:
     def total_ms(self) -> list[float]:
         if not self.backward_ms:
             return list(self.forward_ms)
-        return [f + b for f, b in zip(self.forward_ms, self.backward_ms)]
+        return [f + b for f, b in zip(self.forward_ms, self.backward_ms, strict=True)]
 
 
 def measure(

@@ -86,13 +86,17 @@ def _verify(workload: Workload, atol: float, rtol: float, *, backward: bool) -> 
     if len(got) != len(want):
         return Verification("failed", float("inf"), atol, rtol,
                             f"{len(got)} outputs, reference has {len(want)}")
-    pairs = [(f"output[{i}]", g, w) for i, (g, w) in enumerate(zip(got, want))]
+    pairs = [(f"output[{i}]", g, w) for i, (g, w) in enumerate(zip(got, want, strict=True))]
     if backward and workload.has_backward and reference.has_backward:
         workload.zero_grad()
         reference.zero_grad()
         workload.backward(*workload.backward_setup(out))  # type: ignore[misc]
         reference.backward(*reference.backward_setup(ref_out))  # type: ignore[misc]
-        for i, (p, r) in enumerate(zip(workload.params, reference.params)):
+        if len(workload.params) != len(reference.params):
+            return Verification("failed", float("inf"), atol, rtol,
+                                f"{len(workload.params)} parameters, reference has "
+                                f"{len(reference.params)}")
+        for i, (p, r) in enumerate(zip(workload.params, reference.params, strict=True)):
             if p.grad is None or r.grad is None:
                 return Verification("failed", float("inf"), atol, rtol, f"param[{i}] has no grad")
             pairs.append((f"grad(param[{i}])", p.grad, r.grad))

@@ -52,7 +52,7 @@ class Workload:
     # The module(s) behind `forward`, for backends that compile or inspect them.
     modules: Sequence[torch.nn.Module] = field(default_factory=tuple)
     # Builds the reference this workload is verified against (None: not verifiable).
-    reference: Optional[Callable[[], "Workload"]] = None
+    reference: Optional[Callable[[], Workload]] = None
     # (atol, rtol) overriding the dtype's tolerance, for models that approximate their
     # reference by design (dynamic quantization).
     tolerance: Optional[tuple[float, float]] = None

@@ -56,7 +56,8 @@ def test_unavailable_backend_is_declined_before_timing(run_cli, tmp_path):
 def test_sweep_runs_each_job_and_declines_what_cannot_run(run_cli, tmp_path):
     proc = run_cli("model=lstm,py", "backend=aten,cudnn", *TINY, multirun=True)
     assert proc.returncode == 0, proc.stderr
-    results = [json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").glob("*/results.json"))]
+    files = sorted((tmp_path / "sweep").glob("*/results.json"))
+    results = [json.loads(p.read_text()) for p in files]
     assert len(results) == 4
     by_status = {}
     for r in results:

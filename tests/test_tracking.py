@@ -15,8 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from rnnexp import compare, sync
 from rnnexp.errors import ConfigError
-from rnnexp.schema import PROJECT_TRACKING_URI, validate
 from rnnexp.results import CRASHED, INTERRUPTED, Result
+from rnnexp.schema import PROJECT_TRACKING_URI, validate
 from rnnexp.tracking import mlflow_sink, store
 from tests.conftest import ROOT, TINY, compose_cfg, load_results
 

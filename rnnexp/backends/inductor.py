@@ -54,7 +54,7 @@ class Inductor(Backend):
                 workload.backward(*workload.backward_setup(outputs))  # type: ignore[misc]
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-        except Exception as err:  # noqa: BLE001 — any compiler failure declines the job
+        except Exception as err:
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise UnsupportedError(f"backend=inductor could not compile this model: "
                                    f"{type(err).__name__}: {first}") from None

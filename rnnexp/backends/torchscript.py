@@ -41,7 +41,8 @@ class TorchScriptBackend(Backend):
             self.refuse(f"scripts cell-loop models; model={model_name} is eager Python that is "
                         f"never scripted — use {twin}")
         if model.form == "module":
-            loop = f"its cell loop model={model.twin}" if model.twin else "a loop model such as model=jit"
+            loop = (f"its cell loop model={model.twin}" if model.twin
+                    else "a loop model such as model=jit")
             self.refuse(f"scripts cell-loop models; model={model_name} is an nn module that "
                         "TorchScript would not change — use backend=aten (or cudnn/miopen), "
                         f"or {loop}")

@@ -84,7 +84,7 @@ class SweepCallback(Callback):
                     # fresh SQLite file would race on its schema migration.
                     client, exp_id = store.connect(tracking.uri, tracking.experiment)
                     info["run_id"] = open_parent(client, exp_id, info)
-            except Exception as err:  # noqa: BLE001 — the sweep runs anyway
+            except Exception as err:
                 store.warn_offline(tracking.uri, err, sweep_dir)
                 # Jobs then skip the store instead of each waiting on it and warning again.
                 info["offline"] = store.short_reason(err)
@@ -104,5 +104,5 @@ class SweepCallback(Callback):
             with store.http_limits():
                 client, _ = store.connect(tracking.uri, tracking.experiment)
                 close_parent(client, run_id, jobs, sweep_dir)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             store.warn_offline(tracking.uri, err, sweep_dir)

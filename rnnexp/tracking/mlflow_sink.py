@@ -6,7 +6,7 @@ import json
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from rnnexp.results import INTERRUPTED, INVALID, OK, RESULTS_FILE, UNSUPPORTED, Result
 from rnnexp.tracking import naming
@@ -147,7 +147,7 @@ def log_result(client, exp_id: str, result: Result, output_dir: Path,
         # Half a run is worse than none: sync will upload the whole result later.
         try:
             client.delete_run(run_id)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         raise
     return run_id

@@ -74,7 +74,7 @@ def connect(uri: str, experiment: str, create: bool = True):
         try:
             return client, client.create_experiment(experiment,
                                                     artifact_location=artifact_location(uri))
-        except Exception:  # noqa: BLE001 — someone else created it first
+        except Exception:
             exp = client.get_experiment_by_name(experiment)
             if exp is None:
                 raise
