@@ -54,6 +54,8 @@ def run_job(cfg: DictConfig) -> str:
         result = _declined(cfg, choices, overrides, f"{type(err).__name__}: {err}")
         result.status = INTERRUPTED if isinstance(err, KeyboardInterrupt) else CRASHED
         _finish(result, cfg, output_dir, Path(hc.sweep.dir) if multirun else None)
+        if multirun:
+            tracking.abort_sweep(result, tracking.config_of(cfg), Path(hc.sweep.dir))
         raise
     _finish(result, cfg, output_dir, Path(hc.sweep.dir) if multirun else None)
     return result.status

@@ -279,3 +279,21 @@ def test_crash_and_ctrl_c_become_failed_and_killed_runs(tmp_path):
         statuses[status] = (run.info.status, run.data.tags["reason"])
     assert statuses == {CRASHED: ("FAILED", "RuntimeError: boom"),
                         INTERRUPTED: ("KILLED", "RuntimeError: boom")}
+
+
+def test_a_crashed_job_ends_its_sweep_parent_instead_of_leaving_it_running(tmp_path):
+    from rnnexp import tracking
+    from rnnexp.schema import TrackingConfig
+    from rnnexp.tracking import callback
+
+    uri = sqlite(tmp_path / "mlflow.db")
+    client, exp_id = store.connect(uri, "rnnexp")
+    info = {"sweep_id": "s1", "name": "sweep", "overrides": [], "sweep_dir": str(tmp_path)}
+    info["run_id"] = callback.open_parent(client, exp_id, info)
+    (tmp_path / callback.SWEEP_FILE).write_text(json.dumps(info))
+    assert client.get_run(info["run_id"]).info.status == "RUNNING"
+    crashed = Result(choices={}, overrides=[], config={}, status=CRASHED,
+                     reason="RuntimeError: boom")
+    tracking.abort_sweep(crashed, TrackingConfig(uri=uri, experiment="rnnexp"), tmp_path)
+    run = client.get_run(info["run_id"])
+    assert run.info.status == "FAILED" and run.data.tags["reason"] == "RuntimeError: boom"

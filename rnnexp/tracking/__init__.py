@@ -40,3 +40,23 @@ def record_job(result: Result, output_dir: Path, tracking: TrackingConfig,
     except Exception as err:
         store.warn_offline(tracking.uri, err, output_dir)
         return None
+
+
+
+def abort_sweep(result: Result, tracking: TrackingConfig, sweep_dir: Path) -> None:
+    """A job crashed or was interrupted, so Hydra ends the sweep without `on_multirun_end`:
+    end the parent run too (FAILED or KILLED, with the reason) rather than leave it RUNNING."""
+    if not tracking.enabled:
+        return
+    from rnnexp.tracking import callback, mlflow_sink, store
+
+    parent = callback.read_sweep_file(sweep_dir)
+    if not parent.get("run_id") or parent.get("offline"):
+        return
+    try:
+        with store.http_limits():
+            client, _ = store.connect(tracking.uri, tracking.experiment)
+            client.set_tag(parent["run_id"], "reason", result.reason[:mlflow_sink.MAX_TAG_VALUE])
+            client.set_terminated(parent["run_id"], status=mlflow_sink.run_status(result))
+    except Exception as err:
+        store.warn_offline(tracking.uri, err, sweep_dir)
