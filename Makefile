@@ -2,10 +2,11 @@
 PYTHON     ?= python3
 VENV       ?= .venv
 BIN        := $(VENV)/bin
-# The torch requirement is installed on its own first. The default is the CPU build
-# (2.13.0 resolves to the +cpu wheel here); on a GPU machine use e.g.
-#   make install TORCH_SPEC=torch==2.13.0   (with a CUDA/ROCm index configured)
+# torch is installed on its own, first, so nothing else can pull a different build:
+# TORCH_SPEC is the requirement, TORCH_INDEX an optional package index for it (the CPU or a
+# CUDA/ROCm wheel index). The project's machines carry the 2.13.0 CPU wheel locally.
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
 .PHONY: help install test test-gpu bench run sweep ui lint clean clean-outputs
@@ -18,7 +19,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 install: $(BIN)/python  ## create .venv and install rnnexp (editable) with test tools
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
 
 test:  ## run the test suite (CPU; GPU tests skip without a GPU)

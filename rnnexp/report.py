@@ -86,11 +86,15 @@ def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
         resolved = r.backend.get("name")
         if resolved and resolved != backend:
             backend = f"{backend}→{resolved}"
-        status = "[green]ok[/]" if r.status == OK else f"[red]{r.status}[/]"
-        table.add_row(
-            r.choices.get("model", "?"), backend, r.choices.get("shape", "?"), r.device,
-            r.dtype, _ms(r.phases["forward"]), _ms(r.phases.get("backward", {})),
-            f"{rate['tokens_per_s']:,.0f}", f"{rate['gflops']:.2f}", f"{rate['gbps']:.2f}",
-            _verified(r), status,
-        )
+        times = [_ms(r.phases["forward"]), _ms(r.phases.get("backward", {}))]
+        rates = [f"{rate['tokens_per_s']:,.0f}", f"{rate['gflops']:.2f}", f"{rate['gbps']:.2f}"]
+        if r.status == OK:
+            status = "[green]ok[/]"
+        else:
+            # Not a valid result: the times stay visible for diagnosis, struck through.
+            status = f"[red]{r.status}[/]"
+            times = [f"[strike dim]{t}[/]" for t in times]
+            rates = ["—"] * len(rates)
+        table.add_row(r.choices.get("model", "?"), backend, r.choices.get("shape", "?"),
+                      r.device, r.dtype, *times, *rates, _verified(r), status)
     return table

@@ -1,0 +1,35 @@
+"""The console table never presents a failed verification as a valid timing."""
+
+from rich.console import Console
+
+from rnnexp.report import results_table
+from rnnexp.results import INVALID, OK, Result, phase_summaries
+from rnnexp.timing import Samples
+from rnnexp.workload import Work
+
+WORK = Work(flops_fwd=1e9, flops_bwd=2e9, bytes_fwd=1e6, bytes_bwd=2e6, tokens=1000)
+
+
+def render(status: str) -> str:
+    samples = Samples(forward_ms=[1.0, 1.0, 1.0], backward_ms=[2.0, 2.0, 2.0])
+    result = Result(choices={"model": "jit", "backend": "aten", "shape": "small"}, overrides=[],
+                    config={}, status=status, device="cpu", dtype="float32",
+                    verification={"status": "passed" if status == OK else "failed",
+                                  "max_abs_error": 0.5},
+                    phases=phase_summaries(samples, WORK))
+    console = Console(record=True, width=200)
+    console.print(results_table([result]))
+    return console.export_text()
+
+
+def test_valid_result_shows_rates():
+    text = render(OK)
+    assert "333,333" in text  # tokens/s at 3 ms per fwd+bwd
+    assert "ok" in text
+
+
+def test_failed_verification_shows_no_rates_and_says_so():
+    text = render(INVALID)
+    assert "verification_failed" in text
+    assert "333,333" not in text
+    assert "✗" in text
