@@ -29,8 +29,8 @@ def lstm_tail(gates: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
     return hy, cy
 
 
-class LSTMCell(nn.Module):
-    """fastrnns `lstm_cell`: both gate GEMMs inside the step."""
+class GatedCell(nn.Module):
+    """The four parameters of one nn.LSTM/nn.GRU layer; no work hoisted out of the loop."""
 
     def __init__(self, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor):
         super().__init__()
@@ -41,6 +41,10 @@ class LSTMCell(nn.Module):
 
     def precompute(self, x: Tensor) -> Tensor:
         return x
+
+
+class LSTMCell(GatedCell):
+    """fastrnns `lstm_cell`: both gate GEMMs inside the step."""
 
     def step(self, x_t: Tensor, state: List[Tensor]) -> List[Tensor]:
         h, c = state[0], state[1]
@@ -76,18 +80,8 @@ class PremulBiasLSTMCell(LSTMCell):
         return [hy, cy]
 
 
-class GRUCell(nn.Module):
+class GRUCell(GatedCell):
     """fastrnns `gru_cell` (nn.GRU's math): gate order r, z, n; h' = n + z⊙(h − n)."""
-
-    def __init__(self, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor):
-        super().__init__()
-        self.w_ih = nn.Parameter(w_ih)
-        self.w_hh = nn.Parameter(w_hh)
-        self.b_ih = nn.Parameter(b_ih)
-        self.b_hh = nn.Parameter(b_hh)
-
-    def precompute(self, x: Tensor) -> Tensor:
-        return x
 
     def step(self, x_t: Tensor, state: List[Tensor]) -> List[Tensor]:
         h = state[0]
