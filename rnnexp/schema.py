@@ -1,7 +1,8 @@
 """Structured-config schemas: OmegaConf checks types at composition, `__post_init__` checks ranges.
 
-Every YAML option under conf/<group>/ names its schema in its defaults list
-(`/schema/<group>/<kind>@_here_`), so a wrong type or an unknown key fails while Hydra
+Each group's options merge into a typed field of `Config`; an option with fields of its own
+(the jit and inductor backends) names its subclass schema in its defaults list
+(`/schema/backend/<kind>@_here_`). So a wrong type or an unknown key fails while Hydra
 composes, and `validate()` turns the composed config into these dataclasses, which rejects
 out-of-range values before anything is built or timed.
 """
@@ -210,13 +211,9 @@ class Config:
     seed: int = 0
 
 
+# Subclass schemas that options name in their defaults lists.
 _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
-    "model": {"base": ModelConfig},
-    "backend": {"base": BackendConfig, "torchscript": TorchScriptConfig,
-                "inductor": InductorConfig},
-    "shape": {"base": ShapeConfig},
-    "device": {"base": DeviceConfig},
-    "bench": {"base": BenchConfig},
+    "backend": {"torchscript": TorchScriptConfig, "inductor": InductorConfig},
 }
 
 
