@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from rich.markup import escape
 
 from rnnexp import config_check, fastrnns_json, isolation, job, schema, tracking
-from rnnexp.errors import RnnexpError
+from rnnexp.errors import JobCrashed, RnnexpError
 from rnnexp.report import RichProgress, console, err_console, results_table
 from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
 from rnnexp.tracking import naming
@@ -46,9 +46,13 @@ def run_job(cfg: DictConfig) -> str:
         if not multirun:
             fail(str(err))
         # In a sweep, a combination that cannot run is reported and the sweep goes on.
-        err_console.print(f"[yellow]declined:[/] {escape(str(err))}", highlight=False,
-                          soft_wrap=True)
+        crashed = isinstance(err, JobCrashed)
+        err_console.print(f"[{'red' if crashed else 'yellow'}]"
+                          f"{'crashed' if crashed else 'declined'}:[/] {escape(str(err))}",
+                          highlight=False, soft_wrap=True)
         result = _declined(cfg, choices, overrides, str(err))
+        if crashed:
+            result.status = CRASHED
     except (Exception, KeyboardInterrupt) as err:
         # A crash or Ctrl-C is still recorded (a FAILED or KILLED run), then propagates.
         result = _declined(cfg, choices, overrides, f"{type(err).__name__}: {err}")

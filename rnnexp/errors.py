@@ -20,5 +20,6 @@ class UnsupportedError(RnnexpError):
     """This model × backend × device combination cannot run here (and why)."""
 
 
-class VerificationError(RnnexpError):
-    """A model's outputs or gradients disagree with its reference."""
+class JobCrashed(RnnexpError):
+    """The job's own process died (e.g. the isolated TorchScript process): not a reason the
+    user can act on, so it is recorded as a crash, not as an unsupported combination."""

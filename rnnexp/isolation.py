@@ -37,6 +37,21 @@ def _child(planned: job.Plan, q) -> None:
         q.put(("error", type(err).__name__, str(err)))
 
 
+def _start_spawned(proc) -> None:
+    """Start a spawn-context process from any process. The child is told the parent's global
+    start method; inside a joblib/loky worker that is "loky", which a fresh interpreter cannot
+    resolve, so the child would die before running anything. Spawn is announced instead."""
+    previous = mp.get_start_method(allow_none=True)
+    foreign = previous not in (None, *mp.get_all_start_methods())
+    if foreign:
+        mp.set_start_method("spawn", force=True)
+    try:
+        proc.start()
+    finally:
+        if foreign:
+            mp.set_start_method(previous, force=True)
+
+
 def execute(planned: job.Plan, progress: Progress | None = None) -> Result:
     """job.execute, in a fresh process if the backend asks for isolation."""
     if not planned.backend.isolate:
@@ -44,14 +59,14 @@ def execute(planned: job.Plan, progress: Progress | None = None) -> Result:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     proc = ctx.Process(target=_child, args=(planned, q), daemon=True)
-    proc.start()
+    _start_spawned(proc)
     try:
         while True:
             try:
                 msg = q.get(timeout=1.0)
             except queue_mod.Empty:
                 if not proc.is_alive():
-                    raise errors.RnnexpError(f"the isolated job process exited with code "
+                    raise errors.JobCrashed(f"the isolated job process exited with code "
                                              f"{proc.exitcode} before reporting a result"
                                              ) from None
                 continue

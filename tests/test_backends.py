@@ -208,6 +208,21 @@ def test_sweep_jobs_each_run_their_own_executor(run_cli, tmp_path):
     assert not any(r["backend"]["graph"]["fused"] for r in results)
 
 
+@pytest.mark.slow
+def test_isolation_works_inside_joblib_workers(run_cli, tmp_path):
+    # loky workers carry their own multiprocessing start method; the isolated child must
+    # still start, and each job must still run its own executor.
+    proc = run_cli("model=jit", "backend=jit", "backend.executor=profiling,legacy", *TINY,
+                   "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", multirun=True)
+    assert proc.returncode == 0, proc.stderr
+    results = [json.loads(p.read_text())
+               for p in sorted((tmp_path / "sweep").glob("*/results.json"))]
+    assert [r["status"] for r in results] == ["ok", "ok"]
+    flags = {r["backend"]["executor"]: r["backend"]["flags"] for r in results}
+    assert flags["profiling"]["profiling_executor"]
+    assert not flags["legacy"]["profiling_executor"]
+
+
 def test_legacy_fuser_really_fuses_on_the_cpu():
     # isolation.execute: a fresh process, so earlier tests' TorchScript state cannot leak in.
     p = plan(["model=jit", "backend=jit", "backend.executor=legacy", "backend.fuser=legacy",
