@@ -10,19 +10,20 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from rnnexp import platform as platform_mod
+from rnnexp import stats
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, device_name, resolve_device, torch_dtype
 from rnnexp.errors import ConfigError
 from rnnexp.results import INVALID, OK, Result, phase_summaries
-from rnnexp.schema import Config
-from rnnexp.timing import Progress, clock_for, measure
+from rnnexp.schema import BenchConfig, Config
+from rnnexp.timing import Progress, Samples, clock_for, measure
 from rnnexp.verify import Verification, verify
 from rnnexp.workload import Workload, WorkloadSpec
 
@@ -85,7 +86,8 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
             verification = Verification("skipped", detail="bench.verify=false")
         clock = clock_for(p.device)
         samples = measure(workload, warmup=cfg.bench.warmup, iters=cfg.bench.iters, clock=clock,
-                          backward=cfg.bench.backward, progress=progress)
+                          backward=cfg.bench.backward, progress=progress,
+                          done=precision_target(cfg.bench))
         p.backend.finish(workload)
 
     no_backward = workload.no_backward_reason or ("" if cfg.bench.backward
@@ -105,10 +107,23 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
         phases=phase_summaries(samples, workload.work, no_backward),
         platform=p.plat.as_dict(),
         timing={"clock": clock.name, "warmup": cfg.bench.warmup, "iters": cfg.bench.iters,
+                "timed_iters": len(samples.forward_ms), "precision": cfg.bench.precision,
                 "threads": torch.get_num_threads()},
         started_at=started.isoformat(timespec="seconds"),
         duration_s=time.perf_counter() - t0,
     )
+
+
+def precision_target(bench: BenchConfig) -> Optional[Callable[[Samples], bool]]:
+    """`bench.precision` as a stopping rule for the timer (None: a fixed count)."""
+    if bench.precision is None:
+        return None
+
+    def done(samples: Samples) -> bool:
+        return (len(samples.forward_ms) >= bench.min_iters
+                and stats.precise_enough(samples.total_ms, bench.precision))
+
+    return done
 
 
 def _step(progress: Optional[Progress], name: str, done: bool = False) -> None:

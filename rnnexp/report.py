@@ -54,6 +54,10 @@ def _ms(phase: dict) -> str:
     return f"{phase['median_ms']:.3f} ± {phase['iqr_ms'] / 2:.3f}"
 
 
+def _num(value, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
 def _verified(result: Result) -> str:
     v = result.verification
     status = v.get("status", "")
@@ -87,7 +91,8 @@ def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
         if resolved and resolved != backend:
             backend = f"{backend}→{resolved}"
         times = [_ms(r.phases["forward"]), _ms(r.phases.get("backward", {}))]
-        rates = [f"{rate['tokens_per_s']:,.0f}", f"{rate['gflops']:.2f}", f"{rate['gbps']:.2f}"]
+        rates = [_num(rate["tokens_per_s"], ",.0f"), _num(rate["gflops"], ".2f"),
+                 _num(rate["gbps"], ".2f")]
         if r.status == OK:
             status = "[green]ok[/]"
         else:

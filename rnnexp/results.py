@@ -7,6 +7,7 @@ table, MLflow, fastrnns JSON) is derived from, and what `rnnexp.sync` uploads la
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -82,6 +83,10 @@ def phase_summaries(samples: Samples, work: Work, no_backward_reason: str = ""
         summary = stats.summarize(values)
         summary.update(stats.rates(summary["median_ms"], tokens=work.tokens, flops=flops,
                                    nbytes=nbytes))
+        # Undefined statistics (a median interval from too few samples) are null, not NaN:
+        # results.json stays strict JSON and MLflow gets no NaN metrics.
+        summary = {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                   for k, v in summary.items()}
         summary["samples_ms"] = list(values)
         phases[name] = summary
     if not samples.backward_ms:

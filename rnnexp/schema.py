@@ -69,10 +69,24 @@ class BenchConfig:
     verify: bool = True
     # torch.set_num_threads for CPU runs; null keeps PyTorch's default.
     num_threads: Optional[int] = None
+    # Precision target: stop before `iters` once the 95% confidence interval of the median
+    # (forward+backward) lies within ±precision of it, relative (0.02 = ±2%), and at least
+    # `min_iters` timed iterations ran. null: always run `iters` (fastrnns' fixed count).
+    precision: Optional[float] = None
+    min_iters: int = 10
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "warmup")
         _at_least(self, 1, "iters", "num_threads")
+        if self.precision is not None:
+            if not 0 < self.precision < 1:
+                raise ConfigError("precision", f"must be in (0, 1), got {self.precision}",
+                                  "e.g. 0.02 for ±2% of the median, or null")
+            # A distribution-free 95% interval of a median needs at least 6 samples.
+            _at_least(self, 6, "min_iters")
+            if self.min_iters > self.iters:
+                raise ConfigError("min_iters", f"{self.min_iters} exceeds iters={self.iters}",
+                                  "iters is the most timed iterations; raise it")
 
 
 @dataclass

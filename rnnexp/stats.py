@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from scipy import stats as sps
+
+CONFIDENCE = 0.95
 
 
 def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
@@ -26,7 +29,28 @@ def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
         "p90_ms": float(p90),
         "cv": std / mean if mean else float("nan"),
         "n": int(a.size),
+        **dict(zip(("median_ci_low_ms", "median_ci_high_ms"), median_ci(a), strict=True)),
     }
+
+
+def median_ci(samples_ms: Sequence[float], confidence: float = CONFIDENCE
+              ) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median (binomial order statistics, via
+    scipy's quantile test); (nan, nan) when there are too few samples for one."""
+    a = np.asarray(samples_ms, dtype=np.float64)
+    if a.size == 0:
+        return float("nan"), float("nan")
+    ci = sps.quantile_test(a, q=float(np.median(a)), p=0.5).confidence_interval(confidence)
+    return float(ci.low), float(ci.high)
+
+
+def precise_enough(samples_ms: Sequence[float], relative: float) -> bool:
+    """True once the median's confidence interval lies within ±relative of the median."""
+    low, high = median_ci(samples_ms)
+    median = float(np.median(samples_ms))
+    if not (np.isfinite(low) and np.isfinite(high)) or median <= 0:
+        return False
+    return max(median - low, high - median) <= relative * median
 
 
 def rates(median_ms: float, *, tokens: int, flops: float, nbytes: float) -> dict[str, float]:

@@ -119,8 +119,12 @@ def measure(
     clock: Clock,
     backward: bool = True,
     progress: Optional[Progress] = None,
+    done: Optional[Callable[[Samples], bool]] = None,
 ) -> Samples:
-    """Run `warmup` untimed then `iters` timed iterations; return per-iteration samples."""
+    """Run `warmup` untimed then up to `iters` timed iterations; return per-iteration samples.
+
+    `done`, asked between timed iterations (untimed), may end the loop early (a precision
+    target)."""
     progress = progress or _Silent()
     do_backward = backward and steps.has_backward
     samples = Samples()
@@ -153,6 +157,8 @@ def measure(
                 if do_backward:
                     samples.backward_ms.append(clock.elapsed_ms(b_start, b_end))
             progress.advance()
+            if timed and done is not None and done(samples):
+                break
     finally:
         steps.zero_grad()
         if gc_was_enabled:

@@ -42,6 +42,16 @@ def test_out_of_range_values_name_the_field(override, field):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("overrides, field", [
+    (["bench.precision=1.5"], "bench.precision"),
+    (["bench.precision=0.02", "bench.min_iters=3"], "bench.min_iters"),
+    (["bench=adaptive", "bench.iters=5"], "bench.min_iters"),
+])
+def test_precision_target_is_validated(overrides, field):
+    with pytest.raises(ConfigError, match=field):
+        check(overrides, multirun=False)
+
+
 def test_min_len_above_max_len_is_refused():
     with pytest.raises(ConfigError, match="shape.min_len"):
         check(["shape.min_len=50", "shape.max_len=40"], multirun=False)

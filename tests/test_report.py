@@ -33,3 +33,11 @@ def test_failed_verification_shows_no_rates_and_says_so():
     assert "verification_failed" in text
     assert "333,333" not in text
     assert "✗" in text
+
+
+def test_undefined_statistics_are_null_not_nan():
+    import json
+
+    phases = phase_summaries(Samples(forward_ms=[1.0, 2.0, 3.0]), WORK)
+    assert phases["forward"]["median_ci_low_ms"] is None  # 3 samples: no 95% interval
+    assert "NaN" not in json.dumps(phases)

@@ -2,6 +2,7 @@
 
 import gc
 
+import numpy as np
 import pytest
 
 from rnnexp import stats
@@ -128,3 +129,45 @@ def test_statistics_and_rates():
     assert r["gflops"] == pytest.approx(2000) and r["gbps"] == pytest.approx(1000)
     with pytest.raises(ValueError):
         stats.summarize([])
+
+
+def test_a_stopping_rule_ends_the_timed_loop_early():
+    clock = FakeClock()
+    work = Synthetic(clock)
+    samples = measure(work, warmup=2, iters=100, clock=clock,
+                      done=lambda s: len(s.forward_ms) >= 5)
+    assert len(samples.forward_ms) == 5 and work.calls["forward"] == 7
+
+
+def test_median_confidence_interval():
+    rng = np.random.default_rng(0)
+    low, high = stats.median_ci(rng.normal(10.0, 1.0, 200))
+    assert low < 10.0 < high and high - low < 0.6
+    assert all(np.isnan(stats.median_ci([1.0, 2.0, 3.0])))  # too few for a 95% interval
+    assert stats.precise_enough([5.0] * 20, 0.01)
+    assert not stats.precise_enough(list(rng.uniform(1.0, 9.0, 20)), 0.01)
+
+
+class Jittery(Synthetic):
+    """Forward time spread uniformly over 0-30 ms extra: 60 samples cannot pin its median
+    to ±2%."""
+
+    rng = np.random.default_rng(1)
+
+    def run_forward(self):
+        out = super().run_forward()
+        self.clock.now_ms += float(self.rng.uniform(0.0, 30.0))
+        return out
+
+
+@pytest.mark.parametrize("cls, expected", [(Synthetic, 10), (Jittery, 60)])
+def test_precision_target_stops_when_the_median_is_known_well_enough(cls, expected):
+    from rnnexp.job import precision_target
+    from rnnexp.schema import BenchConfig
+
+    bench = BenchConfig(iters=60, min_iters=10, precision=0.02)
+    clock = FakeClock()
+    samples = measure(cls(clock), warmup=0, iters=bench.iters, clock=clock,
+                      done=precision_target(bench))
+    # Identical samples stop at min_iters; spread ones run to the most allowed.
+    assert len(samples.forward_ms) == expected
