@@ -47,6 +47,15 @@ def sequence_inputs(spec: WorkloadSpec, states: int = 2) -> tuple[torch.Tensor, 
     return tuple(t.to(device=spec.device, dtype=spec.dtype) for t in (x, *hs))
 
 
+def module_inputs(spec: WorkloadSpec, kind: str) -> tuple:
+    """(x, state) as nn.LSTM (state = (h0, c0)) or nn.GRU (state = h0) take them."""
+    if kind == "LSTM":
+        x, h0, c0 = sequence_inputs(spec, states=2)
+        return x, (h0, c0)
+    x, h0 = sequence_inputs(spec, states=1)
+    return x, h0
+
+
 def varlen_inputs(spec: WorkloadSpec, states: int = 2
                   ) -> tuple[list[torch.Tensor], torch.Tensor, tuple[torch.Tensor, ...]]:
     """B sequences [len_b, I] with len_b uniform in [min_len, max_len] (both inclusive;

@@ -13,6 +13,7 @@ from torch.nn.utils import rnn as rnn_utils
 from rnnexp.models import references
 from rnnexp.models.inputs import (
     elem_bytes,
+    module_inputs,
     native_rnn,
     reference_spec,
     sequence_inputs,
@@ -46,19 +47,19 @@ def with_dropout_off_for_verification(workload: Workload, module: nn.Module,
     return workload
 
 
-def _native(spec: WorkloadSpec, kind: str, dropout: float = 0.0) -> Workload:
+def native(spec: WorkloadSpec, kind: str, dropout: float = 0.0) -> Workload:
+    """nn.LSTM or nn.GRU (`kind`), run as is."""
     module = native_rnn(spec, kind, dropout=dropout)
-    x, *state = sequence_inputs(spec, states=2 if kind == "LSTM" else 1)
     work = (lstm_work if kind == "LSTM" else gru_work)(spec.shape, elem_bytes(spec.dtype))
     workload = Workload(
-        inputs=(x, tuple(state) if kind == "LSTM" else state[0]),
+        inputs=module_inputs(spec, kind),
         params=list(module.parameters()),
         forward=module,
         work=work,
         backward_setup=first_output_backward_setup(spec.seed),
         backward=tensor_backward,
         modules=(module,),
-        reference=lambda: _native(reference_spec(spec), kind),
+        reference=lambda: native(reference_spec(spec), kind),
     )
     if dropout > 0.0:
         with_dropout_off_for_verification(workload, module, dropout)
@@ -67,11 +68,11 @@ def _native(spec: WorkloadSpec, kind: str, dropout: float = 0.0) -> Workload:
 
 def lstm(spec: WorkloadSpec, dropout: float = 0.0) -> Workload:
     """nn.LSTM; `dropout` (fastrnns cudnn_dropout: 0.4) acts between layers only."""
-    return _native(spec, "LSTM", dropout)
+    return native(spec, "LSTM", dropout)
 
 
 def gru(spec: WorkloadSpec) -> Workload:
-    return _native(spec, "GRU")
+    return native(spec, "GRU")
 
 
 class LSTMWithLayerNormCalls(nn.Module):

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from rnnexp.errors import ConfigError, UnsupportedError
-from rnnexp.models.inputs import native_rnn, reference_spec, sequence_inputs
-from rnnexp.models.native import _native
+from rnnexp.models.inputs import module_inputs, native_rnn, reference_spec
+from rnnexp.models.native import native
 from rnnexp.models.work import quantized_work
 from rnnexp.workload import Workload, WorkloadSpec
 
@@ -66,15 +66,14 @@ def dynamic_quantized(spec: WorkloadSpec, kind: str = "LSTM",
     # Built from the float module under the same seed; activations stay float32.
     float_spec = replace(spec, dtype=torch.float32, requires_grad=False)
     module = quantize(native_rnn(float_spec, kind), weight_dtype)
-    x, *state = sequence_inputs(float_spec, states=2 if kind == "LSTM" else 1)
     work = quantized_work(spec.shape, kind, 1 if weight_dtype == "qint8" else 2)
     return Workload(
-        inputs=(x, tuple(state) if kind == "LSTM" else state[0]),
+        inputs=module_inputs(float_spec, kind),
         params=[],
         forward=module,
         work=work,
         no_backward_reason=NO_BACKWARD,
         modules=(module,),
-        reference=lambda: _native(reference_spec(spec), kind),
+        reference=lambda: native(reference_spec(spec), kind),
         tolerance=TOLERANCES[weight_dtype],
     )
