@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from rnnexp import config_check, fastrnns_json, isolation, job, schema, tracking
 from rnnexp.errors import JobCrashed, RnnexpError
-from rnnexp.report import RichProgress, console, err_console, results_table
+from rnnexp.report import RichProgress, console, err_console, print_error, results_table
 from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
 from rnnexp.tracking import naming
 
@@ -22,7 +22,7 @@ EXIT_USER_ERROR = 2
 
 
 def fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    print_error(message)
     sys.exit(EXIT_USER_ERROR)
 
 

@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rnnexp.errors import RnnexpError
-from rnnexp.report import console, err_console
+from rnnexp.report import console, print_error
 from rnnexp.schema import DEFAULT_TRACKING_URI
 from rnnexp.tracking import naming, store, summary
 
@@ -177,12 +177,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         compare(args)
     except RnnexpError as err:
-        err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False,
-                          soft_wrap=True)
+        print_error(str(err))
         return 2
     except Exception as err:
-        err_console.print(f"[bold red]error:[/] MLflow store {escape(args.tracking_uri)}: "
-                          f"{escape(store.short_reason(err))}", highlight=False, soft_wrap=True)
+        print_error(f"MLflow store {args.tracking_uri}: {store.short_reason(err)}")
         return 2
     return 0
 

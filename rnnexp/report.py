@@ -16,6 +16,11 @@ console = Console(width=None if Console().is_terminal else 160)
 err_console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 160)
 
 
+def print_error(message: str) -> None:
+    """The one line every command prints for a problem the user can fix."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
 class RichProgress:
     """A progress bar per phase (warmup, timed) of one job; implements timing.Progress."""
 

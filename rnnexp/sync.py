@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from rich.markup import escape
 
 from rnnexp.errors import RnnexpError
-from rnnexp.report import console, err_console
+from rnnexp.report import console, print_error
 from rnnexp.results import RESULTS_FILE, Result
 from rnnexp.schema import DEFAULT_TRACKING_URI
 from rnnexp.tracking import callback, mlflow_sink, naming, store, summary
@@ -104,8 +104,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             up, skip = sync_folder(folder, args.tracking_uri, args.experiment)
             uploaded, skipped = uploaded + up, skipped + skip
     except RnnexpError as err:
-        err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False,
-                          soft_wrap=True)
+        print_error(str(err))
         return 2
     console.print(f"{uploaded} uploaded, {skipped} already recorded", highlight=False)
     return 0
