@@ -1,4 +1,5 @@
-"""`python -m rnnexp`: the Hydra app. Glue only — config checks, the job, the sinks."""
+"""`python -m rnnexp`: the Hydra app. Glue only — the config checked once, the job run, its
+result handed to the sinks."""
 
 from __future__ import annotations
 
@@ -9,14 +10,13 @@ import hydra
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
-from rnnexp import config_check, fastrnns_json, isolation, job, schema, tracking
+from rnnexp import config_check, runner, schema, sinks
 from rnnexp.errors import JobCrashed, RnnexpError
-from rnnexp.report import RichProgress, console, err_console, print_error, results_table
-from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
-from rnnexp.tracking import naming
+from rnnexp.report import RichProgress, err_console, print_error
+from rnnexp.results import Result, label
 
 EXIT_USER_ERROR = 2
 
@@ -26,9 +26,10 @@ def fail(message: str) -> None:
     sys.exit(EXIT_USER_ERROR)
 
 
-def _declined(cfg: DictConfig, choices: dict, overrides: list, reason: str) -> Result:
-    return Result(choices=choices, overrides=overrides, config=job.plain_config(cfg),
-                  status=UNSUPPORTED, reason=reason)
+def publish(targets: list[sinks.Sink], result: Result, output_dir: Path,
+            sweep: sinks.Sweep | None) -> None:
+    for sink in targets:
+        sink.on_job(result, output_dir, sweep)
 
 
 def run_job(cfg: DictConfig) -> str:
@@ -37,11 +38,15 @@ def run_job(cfg: DictConfig) -> str:
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/")}
     overrides = list(hc.overrides.task)
     output_dir = Path(hc.runtime.output_dir)
+    sweep = sinks.Sweep.load(Path(hc.sweep.dir).resolve()) if multirun else None
     try:
-        planned = job.plan(schema.validate(cfg), choices, overrides)
-        label = "·".join(choices.get(k, "?") for k in ("model", "backend", "shape"))
-        with RichProgress(label) as progress:
-            result = isolation.execute(planned, progress=progress)  # fresh process for TorchScript
+        config = config_check.validated(overrides) or schema.validate(cfg)
+        targets = sinks.build(OmegaConf.to_container(cfg.sinks, resolve=True))
+    except RnnexpError as err:
+        fail(str(err))
+    try:
+        with RichProgress(label(choices, ("model", "backend", "shape"))) as progress:
+            result = runner.run(config, choices, overrides, progress)
     except RnnexpError as err:
         if not multirun:
             fail(str(err))
@@ -50,18 +55,16 @@ def run_job(cfg: DictConfig) -> str:
         err_console.print(f"[{'red' if crashed else 'yellow'}]"
                           f"{'crashed' if crashed else 'declined'}:[/] {escape(str(err))}",
                           highlight=False, soft_wrap=True)
-        result = _declined(cfg, choices, overrides, str(err))
-        if crashed:
-            result.status = CRASHED
+        result = runner.not_run(config, choices, overrides, err)
     except (Exception, KeyboardInterrupt) as err:
         # A crash or Ctrl-C is still recorded (a FAILED or KILLED run), then propagates.
-        result = _declined(cfg, choices, overrides, f"{type(err).__name__}: {err}")
-        result.status = INTERRUPTED if isinstance(err, KeyboardInterrupt) else CRASHED
-        _finish(result, cfg, output_dir, Path(hc.sweep.dir) if multirun else None)
-        if multirun:
-            tracking.abort_sweep(result, tracking.config_of(cfg), Path(hc.sweep.dir))
+        result = runner.not_run(config, choices, overrides, err)
+        publish(targets, result, output_dir, sweep)
+        if sweep is not None:
+            for sink in targets:
+                sink.on_abort(sweep, result)
         raise
-    _finish(result, cfg, output_dir, Path(hc.sweep.dir) if multirun else None)
+    publish(targets, result, output_dir, sweep)
     return result.status
 
 
@@ -69,19 +72,6 @@ def run_job(cfg: DictConfig) -> str:
 # hydra/launcher=joblib pickles the task function, by reference only if it can find it.
 hydra_main = hydra.main(version_base="1.3", config_path=str(config_check.CONF_DIR),
                         config_name=config_check.CONFIG_NAME)(run_job)
-
-
-def _finish(result: Result, cfg: DictConfig, output_dir: Path, sweep_dir: Path | None) -> None:
-    """The sinks: results.json, the table, fastrnns JSON, MLflow (a sweep's summary and
-    fastrnns JSON come from its callback)."""
-    naming.stamp(result)
-    result.save(output_dir)
-    console.print(results_table([result]))
-    console.print(f"results: {output_dir / 'results.json'}", highlight=False)
-    track = tracking.config_of(cfg)
-    if track.fastrnns_json and sweep_dir is None:
-        print(fastrnns_json.render([result], track.fastrnns_json), flush=True)
-    tracking.record_job(result, output_dir, track, sweep_dir)
 
 
 def main() -> None:

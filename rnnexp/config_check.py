@@ -3,7 +3,9 @@ one line.
 
 Hydra reports composition errors over several lines (and a sweep would only fail when it
 reaches the bad job), so the CLI first expands the command line into its jobs with Hydra's
-own override parser and sweeper, composes each with the compose API and validates it.
+own override parser and sweeper — including sweeps that a preset (`+experiment=...`) defines
+in `hydra.sweeper.params` — composes each with the compose API and validates it. The typed
+configs are kept, so a job that runs in this process is not validated a second time.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig
+from hydra.types import RunMode
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from rnnexp import sinks
 from rnnexp.errors import RnnexpError
-from rnnexp.schema import validate
+from rnnexp.schema import Config, validate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CONFIG_NAME = "config"
@@ -31,14 +35,30 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
-def expand_jobs(overrides: Sequence[str], multirun: bool) -> list[list[str]]:
-    """The override list of every job the command line describes (Hydra's sweep grammar)."""
-    user = [o for o in overrides if not o.lstrip("~+").startswith("hydra")]
+def user_overrides(overrides: Sequence[str]) -> list[str]:
+    """The app's overrides: Hydra's own (hydra.*, hydra/launcher=...) are left to Hydra."""
+    return [o for o in overrides if not o.lstrip("~+").startswith("hydra")]
+
+
+def expand_jobs(overrides: Sequence[str], multirun: bool,
+                preset_params: Sequence[str] = ()) -> list[list[str]]:
+    """The override list of every job the command line describes (Hydra's sweep grammar);
+    `preset_params` are sweep parameters a config defines (hydra.sweeper.params), which the
+    command line overrides, as Hydra's basic sweeper does."""
+    user = user_overrides(overrides)
     if not multirun:
         return [user]
-    parsed = OverridesParser.create().parse_overrides(user)
+    keys = {o.split("=", 1)[0].lstrip("~+") for o in user}
+    params = [p for p in preset_params if p.split("=", 1)[0] not in keys]
+    parsed = OverridesParser.create().parse_overrides([*params, *user])
     batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
     return [list(job) for batch in batches for job in batch]
+
+
+def sweep_params(cfg) -> list[str]:
+    """A composed config's own sweep (hydra.sweeper.params, e.g. from a preset)."""
+    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+    return [f"{k}={v}" for k, v in params.items()]
 
 
 def one_line(err: BaseException) -> str:
@@ -63,19 +83,46 @@ def one_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0]
 
 
-def check(overrides: Sequence[str], multirun: bool) -> list[DictConfig]:
-    """Compose and validate each job; raise RnnexpError with one line on the first problem."""
+# Typed configs of the jobs checked in this process, by their overrides.
+_VALIDATED: dict[tuple[str, ...], Config] = {}
+
+
+def _key(overrides: Sequence[str]) -> tuple[str, ...]:
+    return tuple(sorted(user_overrides(overrides)))
+
+
+def validated(overrides: Sequence[str]) -> Config | None:
+    """The typed config `check` made for a job with these overrides, if it ran here."""
+    return _VALIDATED.get(_key(overrides))
+
+
+def _compose(job: Sequence[str], hydra_config: bool = False):
     try:
-        jobs = expand_jobs(overrides, multirun)
-    except OverrideParseException as err:
-        raise RnnexpError(f"command line: {one_line(err)}") from None
+        return compose(config_name=CONFIG_NAME, overrides=list(job),
+                       return_hydra_config=hydra_config)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise RnnexpError(one_line(err)) from None
+
+
+def check(overrides: Sequence[str], multirun: bool) -> list[Config]:
+    """Compose and validate each job (its sinks' options too); raise RnnexpError with one line
+    on the first problem. Returns the typed configs, in job order."""
     configs = []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        composed = {}
+        try:
+            jobs = expand_jobs(overrides, multirun)
+            if len(jobs) == 1:  # a preset may make this a sweep (hydra.mode, sweeper.params)
+                base = _compose(jobs[0], hydra_config=True)
+                composed[_key(jobs[0])] = base
+                if multirun or OmegaConf.select(base, "hydra.mode") == RunMode.MULTIRUN:
+                    jobs = expand_jobs(overrides, True, sweep_params(base))
+        except OverrideParseException as err:
+            raise RnnexpError(f"command line: {one_line(err)}") from None
         for job in jobs:
-            try:
-                cfg = compose(config_name=CONFIG_NAME, overrides=job)
-            except (HydraException, OmegaConfBaseException) as err:
-                raise RnnexpError(one_line(err)) from None
-            validate(cfg)
-            configs.append(cfg)
+            cfg = composed.get(_key(job)) or _compose(job)
+            config = validate(cfg)
+            sinks.build(config.sinks)
+            _VALIDATED[_key(job)] = config
+            configs.append(config)
     return configs

@@ -8,20 +8,18 @@ the same function). `execute` builds the model, verifies it, times it and summar
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from rnnexp import platform as platform_mod
-from rnnexp import stats
+from rnnexp import stats, targets
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, device_name, resolve_device, torch_dtype
-from rnnexp.errors import ConfigError
-from rnnexp.results import INVALID, OK, Result, phase_summaries
+from rnnexp.results import INVALID, OK, BackendInfo, Result, TimingInfo, phase_stats
 from rnnexp.schema import BenchConfig, Config
 from rnnexp.timing import Progress, Samples, clock_for, measure
 from rnnexp.verify import Verification, verify
@@ -40,17 +38,11 @@ class Plan:
 
 
 def make_backend(cfg: Config, plat: platform_mod.Platform, device: torch.device) -> Backend:
-    # Partial first: Hydra would otherwise turn the Platform dataclass into a config node.
-    factory = instantiate(OmegaConf.structured(cfg.backend), _partial_=True)
-    return factory(plat=plat, device=device)
+    return targets.call("backend", cfg.backend, plat=plat, device=device)
 
 
 def build_workload(cfg: Config, spec: WorkloadSpec) -> Workload:
-    try:
-        factory = instantiate(OmegaConf.create(cfg.model.build), _partial_=True)
-        return factory(spec)
-    except TypeError as err:
-        raise ConfigError("model.build", str(err)) from None
+    return targets.call("model.build", cfg.model.build, spec)
 
 
 def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
@@ -101,14 +93,14 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
         device=str(p.device),
         device_name=device_name(p.device, p.plat),
         dtype=cfg.dtype.value,
-        backend=p.backend.info(),
-        verification=verification.as_dict(),
-        work=asdict(workload.work),
-        phases=phase_summaries(samples, workload.work, no_backward),
-        platform=p.plat.as_dict(),
-        timing={"clock": clock.name, "warmup": cfg.bench.warmup, "iters": cfg.bench.iters,
-                "timed_iters": len(samples.forward_ms), "precision": cfg.bench.precision,
-                "threads": torch.get_num_threads()},
+        backend=BackendInfo.from_json(p.backend.info()),
+        verification=verification,
+        work=workload.work,
+        phases=phase_stats(samples, workload.work, no_backward),
+        platform=p.plat,
+        timing=TimingInfo(clock=clock.name, warmup=cfg.bench.warmup, iters=cfg.bench.iters,
+                          timed_iters=len(samples.forward_ms),
+                          precision=cfg.bench.precision, threads=torch.get_num_threads()),
         started_at=started.isoformat(timespec="seconds"),
         duration_s=time.perf_counter() - t0,
     )

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rnnexp.results import OK, Result
+from rnnexp.results import OK, PhaseStats, Result, format_ms
 
 # Logs and CI are not terminals; give tables room there instead of rich's 80 columns.
 console = Console(width=None if Console().is_terminal else 160)
@@ -53,25 +53,24 @@ class RichProgress:
             self._bar.advance(self._task)
 
 
-def _ms(phase: dict) -> str:
-    if "median_ms" not in phase:
-        return "n/a"
-    return f"{phase['median_ms']:.3f} ± {phase['iqr_ms'] / 2:.3f}"
-
-
 def _num(value, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
 def _verified(result: Result) -> str:
     v = result.verification
-    status = v.get("status", "")
-    err = v.get("max_abs_error")
-    if status == "passed":
+    if v is None:
+        return "—"
+    err = v.max_abs_error
+    if v.status == "passed":
         return f"[green]✓[/] {err:.1e}"
-    if status == "failed":
+    if v.status == "failed":
         return f"[red]✗[/] {err:.1e}" if err is not None else "[red]✗[/]"
-    return status or "—"
+    return v.status or "—"
+
+
+def _ms(phase: PhaseStats) -> str:
+    return format_ms(phase.median_ms, phase.iqr_ms) if phase.timed else "n/a"
 
 
 def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
@@ -84,20 +83,18 @@ def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
     table.add_column("verified")
     table.add_column("status")
     for r in results:
-        if r.status not in (OK,) and not r.phases:
-            table.add_row(r.choices.get("model", "?"), r.choices.get("backend", "?"),
-                          r.choices.get("shape", "?"), r.device or "—", r.dtype or "—",
+        model, backend, shape = (r.choices.get(k, "?") for k in ("model", "backend", "shape"))
+        if not r.timed:
+            table.add_row(model, backend, shape, r.device or "—", r.dtype or "—",
                           "—", "—", "—", "—", "—", "—",
                           f"[yellow]{r.status}[/]: {escape(r.reason)}")
             continue
-        rate = r.phases.get("total") or r.phases["forward"]
-        backend = r.choices.get("backend", "?")
-        resolved = r.backend.get("name")
-        if resolved and resolved != backend:
-            backend = f"{backend}→{resolved}"
-        times = [_ms(r.phases["forward"]), _ms(r.phases.get("backward", {}))]
-        rates = [_num(rate["tokens_per_s"], ",.0f"), _num(rate["gflops"], ".2f"),
-                 _num(rate["gbps"], ".2f")]
+        if r.backend.name and r.backend.name != backend:
+            backend = f"{backend}→{r.backend.name}"
+        times = [_ms(r.phase("forward")), _ms(r.phase("backward"))]
+        rate = r.rate_phase
+        rates = [_num(rate.tokens_per_s, ",.0f"), _num(rate.gflops, ".2f"),
+                 _num(rate.gbps, ".2f")]
         if r.status == OK:
             status = "[green]ok[/]"
         else:
@@ -105,6 +102,6 @@ def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
             status = f"[red]{r.status}[/]"
             times = [f"[strike dim]{t}[/]" for t in times]
             rates = ["—"] * len(rates)
-        table.add_row(r.choices.get("model", "?"), backend, r.choices.get("shape", "?"),
-                      r.device, r.dtype, *times, *rates, _verified(r), status)
+        table.add_row(model, backend, shape, r.device, r.dtype, *times, *rates, _verified(r),
+                      status)
     return table

@@ -1,30 +1,143 @@
-"""The result of one job: what ran, where, how fast, and whether it was verified.
+"""The result of one job, typed: what ran, where, how fast, and whether it was verified.
 
-`results.json` in the job's Hydra output folder is the record every other sink (console
-table, MLflow, fastrnns JSON) is derived from, and what `rnnexp.sync` uploads later.
+`results.json` in the job's Hydra output folder is its serialised form, the record every sink
+(console table, MLflow, fastrnns JSON) is derived from and what `rnnexp.sync` uploads later.
+The JSON keeps its field names; files of earlier schema versions still load.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from rnnexp import stats
+from rnnexp.platform import Platform
 from rnnexp.timing import Samples
+from rnnexp.verify import Verification
 from rnnexp.workload import Work
 
 RESULTS_FILE = "results.json"
-SCHEMA_VERSION = 1
+# 2: the code version moved from platform.extra.git_commit to a field of its own.
+SCHEMA_VERSION = 2
 
 # Status of a job.
 OK = "ok"  # timed, verified (or verification skipped on request)
 INVALID = "verification_failed"  # timed numbers exist but are not a valid result
 UNSUPPORTED = "unsupported"  # declined before any timing, with a reason
-CRASHED = "crashed"  # an exception stopped the job (recorded, then re-raised)
+CRASHED = "crashed"  # an exception stopped the job
 INTERRUPTED = "interrupted"  # Ctrl-C
+
+# The config groups that name a job, in the order labels show them.
+LABEL_KEYS = ("model", "backend", "shape", "device")
+
+
+def label(choices: Mapping[str, Any], keys: Sequence[str] = LABEL_KEYS,
+          device: str = "") -> str:
+    """The one way a job is named: its choices joined by "·", e.g. jit_premul·te·small·cpu.
+    `device` (the resolved one, e.g. cuda:1) stands in for the device choice when known."""
+    values = {**choices, "device": device} if device else choices
+    return "·".join(str(values.get(k, "?")) for k in keys)
+
+
+def format_ms(median: Optional[float], iqr: Optional[float]) -> str:
+    """The one way a time is shown: median ± IQR/2 in ms."""
+    if median is None:
+        return "—"
+    return f"{median:.3f} ± {(iqr or 0.0) / 2:.3f}"
+
+
+def _from_dict(cls: type, data: Mapping[str, Any]):
+    """A dataclass from its asdict() form, ignoring keys it does not know (other versions)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class PhaseStats:
+    """Statistics, rates and raw samples of one phase, or why it was not timed."""
+
+    median_ms: Optional[float] = None
+    iqr_ms: Optional[float] = None
+    mean_ms: Optional[float] = None
+    std_ms: Optional[float] = None
+    min_ms: Optional[float] = None
+    max_ms: Optional[float] = None
+    p10_ms: Optional[float] = None
+    p90_ms: Optional[float] = None
+    cv: Optional[float] = None
+    n: int = 0
+    median_ci_low_ms: Optional[float] = None
+    median_ci_high_ms: Optional[float] = None
+    tokens_per_s: Optional[float] = None
+    gflops: Optional[float] = None
+    gbps: Optional[float] = None
+    samples_ms: list[float] = field(default_factory=list)
+    # Set instead of everything above when the phase was not timed, with the reason.
+    not_applicable: Optional[str] = None
+
+    @property
+    def timed(self) -> bool:
+        return self.not_applicable is None and self.median_ms is not None
+
+    def metrics(self) -> dict[str, float]:
+        """The numeric statistics and rates (not the raw samples), None left out."""
+        return {k: float(v) for k, v in asdict(self).items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None}
+
+    def to_json(self) -> dict:
+        if self.not_applicable is not None:
+            return {"not_applicable": self.not_applicable}
+        data = asdict(self)
+        del data["not_applicable"]
+        return data
+
+    @classmethod
+    def of(cls, values: Sequence[float], *, tokens: int, flops: float, nbytes: float
+           ) -> PhaseStats:
+        summary = stats.summarize(values)
+        summary.update(stats.rates(summary["median_ms"], tokens=tokens, flops=flops,
+                                   nbytes=nbytes))
+        # Undefined statistics (a median interval from too few samples) are null, not NaN:
+        # results.json stays strict JSON and MLflow gets no NaN metrics.
+        clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                 for k, v in summary.items()}
+        return _from_dict(cls, {**clean, "samples_ms": list(values)})
+
+
+@dataclass
+class BackendInfo:
+    """The backend that ran (its resolved name) and what identifies it: versions, flags,
+    compile times, graph summaries — whatever that backend reports."""
+
+    name: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, **self.details} if self.name else {}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BackendInfo:
+        rest = dict(data)
+        return cls(name=str(rest.pop("name", "")), details=rest)
+
+
+@dataclass
+class TimingInfo:
+    """How the samples were taken."""
+
+    clock: str = ""
+    warmup: int = 0
+    iters: int = 0
+    timed_iters: int = 0
+    precision: Optional[float] = None
+    threads: int = 0
+
+
+PHASES = ("forward", "backward", "total")
 
 
 @dataclass
@@ -37,58 +150,124 @@ class Result:
     device: str = ""
     device_name: str = ""
     dtype: str = ""
-    backend: dict[str, Any] = field(default_factory=dict)
-    verification: dict[str, Any] = field(default_factory=dict)
-    work: dict[str, float] = field(default_factory=dict)
-    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
-    platform: dict[str, Any] = field(default_factory=dict)
-    timing: dict[str, Any] = field(default_factory=dict)
+    backend: BackendInfo = field(default_factory=BackendInfo)
+    verification: Optional[Verification] = None
+    work: Optional[Work] = None
+    phases: dict[str, PhaseStats] = field(default_factory=dict)
+    platform: Optional[Platform] = None
+    timing: Optional[TimingInfo] = None
+    git_commit: str = ""
     started_at: str = ""
     duration_s: float = 0.0
     schema: int = SCHEMA_VERSION
 
     @property
     def label(self) -> str:
-        """model·backend·shape·device, e.g. jit_premul·te·small·cpu."""
-        keys = ("model", "backend", "shape")
-        return "·".join([*(self.choices.get(k, "?") for k in keys), self.device or "?"])
+        return label(self.choices, device=self.device)
 
-    def median(self, phase: str) -> Optional[float]:
-        return self.phases.get(phase, {}).get("median_ms")
+    @property
+    def timed(self) -> bool:
+        return "forward" in self.phases and self.phases["forward"].timed
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def phase(self, name: str) -> PhaseStats:
+        return self.phases.get(name) or PhaseStats(not_applicable="not timed")
+
+    @property
+    def rate_phase(self) -> PhaseStats:
+        """The phase whose rates stand for the job: forward+backward, else forward alone."""
+        total = self.phase("total")
+        return total if total.timed else self.phase("forward")
+
+    def to_json(self) -> dict:
+        def plain(value):
+            return asdict(value) if dataclasses.is_dataclass(value) else (value or {})
+
+        return {
+            "choices": self.choices, "overrides": self.overrides, "config": self.config,
+            "status": self.status, "reason": self.reason, "device": self.device,
+            "device_name": self.device_name, "dtype": self.dtype,
+            "backend": self.backend.to_json(),
+            "verification": plain(self.verification), "work": plain(self.work),
+            "phases": {k: p.to_json() for k, p in self.phases.items()},
+            "platform": plain(self.platform), "timing": plain(self.timing),
+            "git_commit": self.git_commit, "started_at": self.started_at,
+            "duration_s": self.duration_s, "schema": self.schema,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Result:
+        data = dict(data)
+        platform = dict(data.get("platform") or {})
+        if data.get("schema", 1) < 2:  # v1 kept the code version in platform.extra
+            data.setdefault("git_commit", (platform.get("extra") or {}).get("git_commit", ""))
+        if "gpu_names" in platform:
+            platform["gpu_names"] = tuple(platform["gpu_names"])
+        return _from_dict(cls, {
+            **data,
+            "backend": BackendInfo.from_json(data.get("backend") or {}),
+            "verification": (_from_dict(Verification, data["verification"])
+                             if data.get("verification") else None),
+            "work": _from_dict(Work, data["work"]) if data.get("work") else None,
+            "phases": {k: _from_dict(PhaseStats, p) for k, p in
+                       (data.get("phases") or {}).items()},
+            "platform": _from_dict(Platform, platform) if platform.get("torch_version")
+            else None,
+            "timing": _from_dict(TimingInfo, data["timing"]) if data.get("timing") else None,
+            "schema": SCHEMA_VERSION,
+        })
 
     def save(self, folder: Path) -> Path:
         path = Path(folder) / RESULTS_FILE
-        path.write_text(json.dumps(self.as_dict(), indent=2, default=str))
+        path.write_text(json.dumps(self.to_json(), indent=2, default=str))
         return path
 
     @classmethod
     def load(cls, path: Path) -> Result:
-        data = json.loads(Path(path).read_text())
-        return cls(**data)
+        return cls.from_json(json.loads(Path(path).read_text()))
 
 
-def phase_summaries(samples: Samples, work: Work, no_backward_reason: str = ""
-                    ) -> dict[str, dict[str, Any]]:
+def phase_stats(samples: Samples, work: Work, no_backward_reason: str = ""
+                ) -> dict[str, PhaseStats]:
     """Statistics, rates and raw samples for forward, backward and their per-iteration sum."""
-    phases: dict[str, dict[str, Any]] = {}
-    parts = [("forward", samples.forward_ms, work.flops_fwd, work.bytes_fwd)]
+    phases = {"forward": PhaseStats.of(samples.forward_ms, tokens=work.tokens,
+                                       flops=work.flops_fwd, nbytes=work.bytes_fwd)}
     if samples.backward_ms:
-        parts.append(("backward", samples.backward_ms, work.flops_bwd, work.bytes_bwd))
-        parts.append(("total", samples.total_ms, work.flops_fwd + work.flops_bwd,
-                      work.bytes_fwd + work.bytes_bwd))
-    for name, values, flops, nbytes in parts:
-        summary = stats.summarize(values)
-        summary.update(stats.rates(summary["median_ms"], tokens=work.tokens, flops=flops,
-                                   nbytes=nbytes))
-        # Undefined statistics (a median interval from too few samples) are null, not NaN:
-        # results.json stays strict JSON and MLflow gets no NaN metrics.
-        summary = {k: None if isinstance(v, float) and not math.isfinite(v) else v
-                   for k, v in summary.items()}
-        summary["samples_ms"] = list(values)
-        phases[name] = summary
-    if not samples.backward_ms:
-        phases["backward"] = {"not_applicable": no_backward_reason or "not timed"}
+        phases["backward"] = PhaseStats.of(samples.backward_ms, tokens=work.tokens,
+                                           flops=work.flops_bwd, nbytes=work.bytes_bwd)
+        phases["total"] = PhaseStats.of(samples.total_ms, tokens=work.tokens,
+                                        flops=work.flops_fwd + work.flops_bwd,
+                                        nbytes=work.bytes_fwd + work.bytes_bwd)
+    else:
+        phases["backward"] = PhaseStats(not_applicable=no_backward_reason or "not timed")
     return phases
+
+
+@dataclass
+class Row:
+    """One job as the summary table, CSV, compare and the charts show it."""
+
+    job: str
+    label: str
+    choices: dict[str, str]
+    status: str
+    reason: str = ""
+    fwd_median_ms: Optional[float] = None
+    fwd_iqr_ms: Optional[float] = None
+    bwd_median_ms: Optional[float] = None
+    bwd_iqr_ms: Optional[float] = None
+    tokens_per_s: Optional[float] = None
+    run_id: str = ""
+
+    COLUMNS = ("job", "label", "status", "fwd_median_ms", "fwd_iqr_ms", "bwd_median_ms",
+               "bwd_iqr_ms", "tokens_per_s", "reason")
+
+    @classmethod
+    def of(cls, job: str, r: Result) -> Row:
+        fwd, bwd = r.phase("forward"), r.phase("backward")
+        return cls(job=job, label=r.label, choices=dict(r.choices), status=r.status,
+                   reason=r.reason, fwd_median_ms=fwd.median_ms, fwd_iqr_ms=fwd.iqr_ms,
+                   bwd_median_ms=bwd.median_ms, bwd_iqr_ms=bwd.iqr_ms,
+                   tokens_per_s=r.rate_phase.tokens_per_s if r.status == OK else None)
+
+    def columns(self) -> dict[str, Any]:
+        return {c: getattr(self, c) for c in self.COLUMNS}

@@ -98,6 +98,17 @@ class DeviceConfig:
         _at_least(self, 0, "index")
 
 
+class Form(str, Enum):
+    """How backends may run a model (a str, so `model.form == "loop"` reads naturally)."""
+
+    # A torch module run as is (nn.LSTM).
+    module = "module"
+    # A cell loop that TorchScript backends script and inductor compiles.
+    loop = "loop"
+    # Python that is never scripted.
+    eager = "eager"
+
+
 @dataclass
 class ModelConfig:
     # The factory and its options: `_target_` is called as factory(spec, **options) and
@@ -105,9 +116,7 @@ class ModelConfig:
     build: Dict[str, Any] = MISSING
     # What the reference and work counts are: "lstm", "gru" or "eltwise".
     family: str = "lstm"
-    # "module": a torch module run as is (nn.LSTM); "loop": a cell loop that TorchScript
-    # backends script and inductor compiles; "eager": Python that is never scripted.
-    form: str = "module"
+    form: Form = Form.module
     # The model to suggest when a backend refuses this one: the scripted twin of an eager
     # loop (py -> jit), or the cell loop of an nn module (lstm -> jit, gru -> jit_gru).
     twin: Optional[str] = None
@@ -117,9 +126,6 @@ class ModelConfig:
     dtypes: Optional[List[str]] = None
 
     def __post_init__(self) -> None:
-        forms = ("module", "loop", "eager")
-        if self.form not in forms:
-            raise ConfigError("form", f"'{self.form}' is not one of {', '.join(forms)}")
         known = [d.value for d in DType]
         for d in self.dtypes or ():
             if d not in known:
@@ -181,36 +187,16 @@ class InductorConfig(BackendConfig):
 
 # The project's MLflow store: a SQLite file at the project root, as an absolute URI (a
 # relative one would land in each job's folder, wherever the command runs from). MLflow's own
-# MLFLOW_TRACKING_URI, when set, is the default instead.
+# MLFLOW_TRACKING_URI, when set, is the default instead. conf/sinks/mlflow.yaml reads it
+# through the `rnnexp_store` resolver, so the resolved config records the store used.
 PROJECT_TRACKING_URI = f"sqlite:///{Path(__file__).resolve().parent.parent / 'mlflow.db'}"
-DEFAULT_TRACKING_URI = os.environ.get("MLFLOW_TRACKING_URI") or PROJECT_TRACKING_URI
-FASTRNNS_FORMATS = ("oss", "pep")
 
 
-@dataclass
-class TrackingConfig:
-    # Record every job as an MLflow run (tracking=none turns it off).
-    enabled: bool = True
-    # Any MLflow tracking URI: sqlite:////abs/path.db, http://host:port, postgresql://...
-    uri: str = DEFAULT_TRACKING_URI
-    experiment: str = "rnnexp"
-    # Also print fastrnns-compatible JSON (bench.py --print-json): "oss", "pep" or null.
-    fastrnns_json: Optional[str] = None
+def default_store_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or PROJECT_TRACKING_URI
 
-    def __post_init__(self) -> None:
-        uri = self.uri
-        if uri.startswith("sqlite:") and not (uri.startswith("sqlite:////")
-                                              or uri == "sqlite:///:memory:"):
-            raise ConfigError("uri", f"'{uri}' is not an absolute SQLite path",
-                              "use sqlite:////abs/path/mlflow.db")
-        if "://" not in uri and uri not in ("databricks", "databricks-uc"):
-            raise ConfigError("uri", f"'{uri}' is not a tracking URI",
-                              "use sqlite:////abs/path/mlflow.db or http://host:port")
-        if not self.experiment.strip():
-            raise ConfigError("experiment", "is empty", "name the MLflow experiment")
-        if self.fastrnns_json not in (None, *FASTRNNS_FORMATS):
-            raise ConfigError("fastrnns_json", f"'{self.fastrnns_json}' is not one of "
-                              f"{', '.join(FASTRNNS_FORMATS)}", "or null")
+
+OmegaConf.register_new_resolver("rnnexp_store", default_store_uri, replace=True)
 
 
 @dataclass
@@ -220,7 +206,8 @@ class Config:
     shape: ShapeConfig = MISSING
     device: DeviceConfig = MISSING
     bench: BenchConfig = MISSING
-    tracking: Any = field(default_factory=TrackingConfig)
+    # The result sinks, {name: {_target_: ..., options}} (conf/sinks/); built by rnnexp.sinks.
+    sinks: Dict[str, Any] = field(default_factory=dict)
     dtype: DType = DType.float32
     seed: int = 0
 
@@ -242,7 +229,7 @@ def register(extra: dict[str, dict[str, type]] | None = None) -> None:
 
 def validate(cfg: DictConfig) -> Config:
     """Build the dataclasses (running the range checks); errors name the full field."""
-    for group in ("model", "backend", "shape", "device", "bench", "tracking"):
+    for group in ("model", "backend", "shape", "device", "bench"):
         try:
             OmegaConf.to_object(cfg[group])
         except ConfigError as err:

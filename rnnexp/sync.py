@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from rich.markup import escape
-
 from rnnexp.errors import RnnexpError
 from rnnexp.report import console, print_error
 from rnnexp.results import RESULTS_FILE, Result
-from rnnexp.schema import DEFAULT_TRACKING_URI
-from rnnexp.tracking import callback, mlflow_sink, naming, store, summary
+from rnnexp.schema import PROJECT_TRACKING_URI
+from rnnexp.sinks import Sweep, load_jobs
+from rnnexp.sinks.mlflow import Mlflow, store
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -27,34 +27,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         "\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="run or sweep folders")
     parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow store (default: the one the results were configured for, "
-                             f"else {DEFAULT_TRACKING_URI})")
+                        help="MLflow store (default: MLFLOW_TRACKING_URI, else the one the "
+                             "results were recorded for, else the project's mlflow.db)")
     parser.add_argument("--experiment", default=None,
                         help="experiment name (default: as configured, else rnnexp)")
     return parser.parse_args(argv)
 
 
-def configured(result: Result, key: str, default: str) -> str:
-    return str(result.config.get("tracking", {}).get(key) or default)
-
-
-def find_parent(client, exp_id: str, sweep_id: str) -> Optional[str]:
-    runs = client.search_runs([exp_id], filter_string=f"tags.`{naming.TAG_SWEEP_ID}` = "
-                                                      f"'{sweep_id}'", max_results=1)
-    return runs[0].info.run_id if runs else None
-
-
-def upload(client, exp_id: str, folder: Path, result: Result, parent: Optional[str]) -> bool:
-    """True if uploaded, False if the store already holds this result."""
-    existing = mlflow_sink.find_recorded(client, exp_id,
-                                         naming.result_id(folder / RESULTS_FILE))
-    if existing:
-        console.print(f"  already recorded  {escape(result.label)}  (run {existing})",
-                      highlight=False)
-        return False
-    run_id = mlflow_sink.log_result(client, exp_id, result, folder, parent_run_id=parent)
-    console.print(f"  uploaded          {escape(result.label)}  → run {run_id}", highlight=False)
-    return True
+def configured(result: Result, key: str) -> Optional[str]:
+    """A setting of the MLflow sink the result was recorded with (sinks.mlflow.<key>)."""
+    value = result.config.get("sinks", {}).get("mlflow", {}).get(key)
+    return str(value) if value else None
 
 
 def sync_folder(folder: Path, uri: Optional[str], experiment: Optional[str]) -> tuple[int, int]:
@@ -62,38 +45,28 @@ def sync_folder(folder: Path, uri: Optional[str], experiment: Optional[str]) -> 
     if not folder.is_dir():
         raise RnnexpError(f"{folder}: no such folder — give a run or sweep folder under outputs/")
     single = (folder / RESULTS_FILE).is_file()
-    jobs = [(folder, Result.load(folder / RESULTS_FILE))] if single else \
-        summary.load_sweep(folder)
+    jobs = [(folder, Result.load(folder / RESULTS_FILE))] if single else load_jobs(folder)
     if not jobs:
         raise RnnexpError(f"{folder}: no {RESULTS_FILE} in it or below — give a run or "
                           "sweep folder")
     first = jobs[0][1]
-    uri = uri or configured(first, "uri", DEFAULT_TRACKING_URI)
-    experiment = experiment or configured(first, "experiment", "rnnexp")
-    console.print(f"{folder} → {uri} (experiment {experiment})", highlight=False)
+    # An explicit store wins: the flag, then MLflow's own variable; else the recorded one.
+    sink = Mlflow(uri or os.environ.get("MLFLOW_TRACKING_URI") or configured(first, "uri")
+                  or PROJECT_TRACKING_URI,
+                  experiment or configured(first, "experiment") or "rnnexp")
+    sweep = None
+    if not single:
+        sweep = Sweep.load(folder) or Sweep(
+            dir=str(folder), name=f"sweep {folder.name} (synced)",
+            sweep_id=hashlib.sha256(str(folder).encode()).hexdigest()[:20])
+    console.print(f"{folder} → {sink.uri} (experiment {sink.experiment})", highlight=False,
+                  markup=False)
     try:
-        with store.http_limits():
-            client, exp_id = store.connect(uri, experiment)
-            parent = None
-            if not single:
-                info = callback.read_sweep_file(folder)
-                sweep_id = info.get("sweep_id") or hashlib.sha256(
-                    str(folder).encode()).hexdigest()[:20]
-                parent = find_parent(client, exp_id, sweep_id)
-                new_parent = parent is None
-                if new_parent:
-                    info = {"name": info.get("name") or f"sweep {folder.name} (synced)",
-                            "overrides": info.get("overrides", []), "sweep_dir": str(folder),
-                            "sweep_id": sweep_id}
-                    parent = callback.open_parent(client, exp_id, info)
-            done = [upload(client, exp_id, f, r, parent) for f, r in jobs]
-            if parent and (new_parent or any(done)):
-                callback.close_parent(client, parent, jobs, folder)
+        return sink.upload(jobs, sweep)
     except RnnexpError:
         raise
     except Exception as err:
-        raise RnnexpError(f"MLflow store {uri}: {store.short_reason(err)}") from None
-    return sum(done), len(done) - sum(done)
+        raise RnnexpError(f"MLflow store {sink.uri}: {store.short_reason(err)}") from None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -100,7 +100,7 @@ def test_aten_runs_the_scripted_loop():
     result = job.execute(p)
     assert result.status == "ok"
     # The executor's profiling/optimising runs happened before timing, untimed.
-    assert result.backend["optimize_s"] > 0 and result.backend["warm_runs"] == 3
+    assert result.backend.details["optimize_s"] > 0 and result.backend.details["warm_runs"] == 3
 
 
 # --- jit / te: configuration ----------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_legacy_fuser_really_fuses_on_the_cpu():
     # isolation.execute: a fresh process, so earlier tests' TorchScript state cannot leak in.
     p = plan(["model=jit", "backend=jit", "backend.executor=legacy", "backend.fuser=legacy",
               *TINY])
-    backend = isolation.execute(p).backend
+    backend = isolation.execute(p).backend.details
     assert backend["flags"]["fuse_on_cpu_legacy"]
     assert backend["graph"]["fusion_groups"] > 0 and backend["graph"]["fused"]
 
@@ -256,8 +256,8 @@ def test_inductor_runs_a_small_lstm_loop_and_reports_compile_time():
     # Two steps keep the unrolled loop (and the compile) short.
     p = plan(["backend=inductor", "model=py", *TINY, "shape.seq_len=2"])
     result = job.execute(p)
-    assert result.status == "ok" and result.verification["status"] == "passed"
-    info = result.backend
+    assert result.status == "ok" and result.verification.status == "passed"
+    info = result.backend.details
     assert isinstance(p.backend, Inductor) and info["mode"] == "default"
     assert info["compile_s"] > 0 and info["graphs"] >= 1 and info["graph_breaks"] == 0
     assert "fx_cache_hits" in info
@@ -269,8 +269,8 @@ def test_inductor_runs_a_small_lstm_loop_and_reports_compile_time():
 @gpu
 def test_cudnn_runs_lstm_on_the_gpu():
     result = job.execute(plan(["backend=cudnn", "model=lstm", "device=cuda", *TINY]))
-    assert result.status == "ok" and result.backend["cudnn"]
-    assert result.timing["clock"] == "cuda_event"  # device events, not host time
+    assert result.status == "ok" and result.backend.details["cudnn"]
+    assert result.timing.clock == "cuda_event"  # device events, not host time
     assert result.device.startswith("cuda")
 
 
@@ -281,7 +281,7 @@ def test_cudnn_runs_lstm_on_the_gpu():
 def test_backends_run_and_verify_on_the_gpu(backend, model):
     result = job.execute(plan([f"backend={backend}", f"model={model}", "device=cuda", *TINY]))
     assert result.status == "ok", result.reason
-    assert result.verification["status"] == "passed"
+    assert result.verification.status == "passed"
 
 
 @pytest.mark.gpu

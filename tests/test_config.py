@@ -2,7 +2,7 @@
 
 import pytest
 
-from rnnexp.config_check import check, expand_jobs
+from rnnexp.config_check import check, expand_jobs, validated
 from rnnexp.errors import ConfigError, RnnexpError
 from rnnexp.schema import DeviceKind, DType, validate
 from tests.conftest import choices_of, compose_cfg
@@ -88,3 +88,17 @@ def test_sweep_is_expanded_and_every_job_checked_before_any_runs():
 def test_hydra_overrides_are_left_to_hydra():
     assert expand_jobs(["hydra.run.dir=/x", "hydra/launcher=joblib", "model=py"], False) == \
         [["model=py"]]
+
+
+def test_a_preset_sweep_is_expanded_and_checked_job_by_job():
+    configs = check(["+experiment=fastrnns", "shape=small"], multirun=False)
+    forms = sorted(c.model.form.value for c in configs)
+    assert forms == ["eager", *["loop"] * 5, "module"]  # py; jit, jit_premul, ...; lstm
+    # A command-line value replaces the preset's sweep of the same key.
+    assert len(check(["+experiment=fastrnns", "model=lstm,jit"], multirun=True)) == 2
+
+
+def test_checked_configs_are_kept_for_the_job():
+    (config,) = check(["shape=small", "model=jit"], multirun=False)
+    assert validated(["model=jit", "shape=small"]) is config
+    assert validated(["model=py"]) is None

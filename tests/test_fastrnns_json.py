@@ -4,22 +4,23 @@ import json
 
 import pytest
 
-from rnnexp import fastrnns_json
-from rnnexp.results import INVALID, OK, UNSUPPORTED, Result
+from rnnexp.errors import ConfigError
+from rnnexp.results import INVALID, OK, UNSUPPORTED, BackendInfo, PhaseStats, Result
+from rnnexp.sinks import fastrnns as fastrnns_json
 
 
 def result(model: str, backend: str, fwd: list[float], bwd: list[float] | None,
            status: str = OK) -> Result:
-    phases = {"forward": {"mean_ms": sum(fwd) / len(fwd), "median_ms": fwd[1],
-                          "samples_ms": fwd}}
+    phases = {"forward": PhaseStats(mean_ms=sum(fwd) / len(fwd), median_ms=fwd[1],
+                                    samples_ms=fwd)}
     if bwd:
-        phases["backward"] = {"mean_ms": sum(bwd) / len(bwd), "median_ms": bwd[1],
-                              "samples_ms": bwd}
+        phases["backward"] = PhaseStats(mean_ms=sum(bwd) / len(bwd), median_ms=bwd[1],
+                                        samples_ms=bwd)
     else:
-        phases["backward"] = {"not_applicable": "forward-only"}
+        phases["backward"] = PhaseStats(not_applicable="forward-only")
     return Result(choices={"model": model, "backend": backend}, overrides=[],
                   config={"model": {"family": "lstm"}}, status=status,
-                  backend={"name": "cudnn" if backend == "auto" else backend}, phases=phases)
+                  backend=BackendInfo("cudnn" if backend == "auto" else backend), phases=phases)
 
 
 RESULTS = [
@@ -47,5 +48,5 @@ def test_pep_is_one_caffe2_observer_line_per_iteration_in_ms():
 
 
 def test_unknown_format_is_refused():
-    with pytest.raises(ValueError, match="not one of oss, pep"):
-        fastrnns_json.render(RESULTS, "csv")
+    with pytest.raises(ConfigError, match="sinks.fastrnns.format: 'csv' is not one of oss, pep"):
+        fastrnns_json.FastrnnsJson(format="csv")

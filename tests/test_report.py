@@ -3,8 +3,9 @@
 from rich.console import Console
 
 from rnnexp.report import results_table
-from rnnexp.results import INVALID, OK, Result, phase_summaries
+from rnnexp.results import INVALID, OK, Result, phase_stats
 from rnnexp.timing import Samples
+from rnnexp.verify import Verification
 from rnnexp.workload import Work
 
 WORK = Work(flops_fwd=1e9, flops_bwd=2e9, bytes_fwd=1e6, bytes_bwd=2e6, tokens=1000)
@@ -14,9 +15,8 @@ def render(status: str) -> str:
     samples = Samples(forward_ms=[1.0, 1.0, 1.0], backward_ms=[2.0, 2.0, 2.0])
     result = Result(choices={"model": "jit", "backend": "aten", "shape": "small"}, overrides=[],
                     config={}, status=status, device="cpu", dtype="float32",
-                    verification={"status": "passed" if status == OK else "failed",
-                                  "max_abs_error": 0.5},
-                    phases=phase_summaries(samples, WORK))
+                    verification=Verification("passed" if status == OK else "failed", 0.5),
+                    phases=phase_stats(samples, WORK))
     console = Console(record=True, width=200)
     console.print(results_table([result]))
     return console.export_text()
@@ -25,7 +25,9 @@ def render(status: str) -> str:
 def test_valid_result_shows_rates():
     text = render(OK)
     assert "333,333" in text  # tokens/s at 3 ms per fwd+bwd
-    assert "ok" in text
+    assert "1.000 ± 0.000" in text and "2.000 ± 0.000" in text
+    status = text.splitlines()[-3].split("│")[-2].strip()  # the row's last cell
+    assert status == "ok"
 
 
 def test_failed_verification_shows_no_rates_and_says_so():
@@ -38,6 +40,6 @@ def test_failed_verification_shows_no_rates_and_says_so():
 def test_undefined_statistics_are_null_not_nan():
     import json
 
-    phases = phase_summaries(Samples(forward_ms=[1.0, 2.0, 3.0]), WORK)
-    assert phases["forward"]["median_ci_low_ms"] is None  # 3 samples: no 95% interval
-    assert "NaN" not in json.dumps(phases)
+    phases = phase_stats(Samples(forward_ms=[1.0, 2.0, 3.0]), WORK)
+    assert phases["forward"].median_ci_low_ms is None  # 3 samples: no 95% interval
+    assert "NaN" not in json.dumps({k: p.to_json() for k, p in phases.items()})

@@ -14,11 +14,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rnnexp import compare, sync
+from rnnexp.config_check import check
 from rnnexp.errors import ConfigError
 from rnnexp.results import CRASHED, INTERRUPTED, Result
-from rnnexp.schema import PROJECT_TRACKING_URI, validate
-from rnnexp.tracking import mlflow_sink, store
-from tests.conftest import ROOT, TINY, compose_cfg, load_results
+from rnnexp.schema import PROJECT_TRACKING_URI
+from rnnexp.sinks import Sweep
+from rnnexp.sinks.mlflow import Mlflow, runs, store
+from tests.conftest import ROOT, TINY, load_results
 
 SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no CUDA here)
 
@@ -70,7 +72,7 @@ def recorded_sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sweep")
     root_db = ROOT / "mlflow.db"
     before = root_db.stat().st_mtime if root_db.exists() else None
-    proc = rnnexp("-m", *SWEEP, f"tracking.uri={sqlite(tmp / 'mlflow.db')}",
+    proc = rnnexp("-m", *SWEEP, f"sinks.mlflow.uri={sqlite(tmp / 'mlflow.db')}",
                   f"hydra.sweep.dir={tmp}/sweep")
     assert proc.returncode == 0, proc.stderr
     after = root_db.stat().st_mtime if root_db.exists() else None
@@ -171,7 +173,7 @@ def test_parallel_sweep_on_a_fresh_store_loses_nothing(run_cli, tmp_path):
 def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp_path,
                                                                    capsys):
     t0 = time.monotonic()
-    proc = run_cli(*TINY, f"tracking.uri=http://127.0.0.1:{free_port()}")
+    proc = run_cli(*TINY, f"sinks.mlflow.uri=http://127.0.0.1:{free_port()}")
     assert time.monotonic() - t0 < 60  # no retry hang
     assert proc.returncode == 0, proc.stderr
     assert load_results(tmp_path / "run")["status"] == "ok"
@@ -190,7 +192,7 @@ def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp
 
 
 def test_offline_sweep_syncs_as_parent_and_children(run_cli, tmp_path, capsys):
-    proc = run_cli("model=lstm,py", *TINY, f"tracking.uri=http://127.0.0.1:{free_port()}",
+    proc = run_cli("model=lstm,py", *TINY, f"sinks.mlflow.uri=http://127.0.0.1:{free_port()}",
                    multirun=True)
     assert proc.returncode == 0, proc.stderr
     assert len([ln for ln in proc.stderr.splitlines() if "not reachable" in ln]) == 1
@@ -215,9 +217,9 @@ def test_sync_bad_folder_is_one_line(tmp_path, capsys):
 
 def test_relative_sqlite_uri_is_refused_in_one_line():
     with pytest.raises(ConfigError) as err:
-        validate(compose_cfg(["tracking.uri=sqlite:///mlflow.db"]))
-    assert str(err.value) == ("tracking.uri: 'sqlite:///mlflow.db' is not an absolute SQLite "
-                              "path — use sqlite:////abs/path/mlflow.db")
+        check(["sinks.mlflow.uri=sqlite:///mlflow.db"], multirun=False)
+    assert str(err.value) == ("sinks.mlflow.uri: 'sqlite:///mlflow.db' is not an absolute "
+                              "SQLite path — use sqlite:////abs/path/mlflow.db")
     assert PROJECT_TRACKING_URI == f"sqlite:///{ROOT / 'mlflow.db'}"
 
 
@@ -241,7 +243,7 @@ def test_runs_reach_a_real_mlflow_server(run_cli, tmp_path):
                 assert time.monotonic() < deadline, "mlflow server did not start in 90 s"
                 time.sleep(0.5)
         uri = f"http://127.0.0.1:{port}"
-        proc = run_cli(*TINY, f"tracking.uri={uri}")
+        proc = run_cli(*TINY, f"sinks.mlflow.uri={uri}")
         assert proc.returncode == 0, proc.stderr
         assert "not reachable" not in proc.stderr
         client, _, children = runs_of(uri)
@@ -255,8 +257,8 @@ def test_runs_reach_a_real_mlflow_server(run_cli, tmp_path):
             server.kill()
 
 
-def test_tracking_none_records_nothing_and_prints_fastrnns_json(run_cli, tmp_path):
-    proc = run_cli(*TINY, "tracking=none", "tracking.fastrnns_json=oss")
+def test_without_mlflow_records_nothing_and_prints_fastrnns_json(run_cli, tmp_path):
+    proc = run_cli(*TINY, "sinks=[json,console,fastrnns]")
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "mlflow.db").exists()
     assert (tmp_path / "run" / "results.json").exists()
@@ -274,7 +276,7 @@ def test_crash_and_ctrl_c_become_failed_and_killed_runs(tmp_path):
         result = Result(choices={"model": "lstm", "backend": "aten"}, overrides=[], config={},
                         status=status, reason="RuntimeError: boom")
         result.save(folder)
-        run_id = mlflow_sink.log_result(client, exp_id, result, folder)
+        run_id = runs.log_result(client, exp_id, result, folder)
         run = client.get_run(run_id)
         statuses[status] = (run.info.status, run.data.tags["reason"])
     assert statuses == {CRASHED: ("FAILED", "RuntimeError: boom"),
@@ -282,18 +284,16 @@ def test_crash_and_ctrl_c_become_failed_and_killed_runs(tmp_path):
 
 
 def test_a_crashed_job_ends_its_sweep_parent_instead_of_leaving_it_running(tmp_path):
-    from rnnexp import tracking
-    from rnnexp.schema import TrackingConfig
-    from rnnexp.tracking import callback
-
     uri = sqlite(tmp_path / "mlflow.db")
-    client, exp_id = store.connect(uri, "rnnexp")
-    info = {"sweep_id": "s1", "name": "sweep", "overrides": [], "sweep_dir": str(tmp_path)}
-    info["run_id"] = callback.open_parent(client, exp_id, info)
-    (tmp_path / callback.SWEEP_FILE).write_text(json.dumps(info))
-    assert client.get_run(info["run_id"]).info.status == "RUNNING"
+    sink = Mlflow(uri=uri)
+    sink.name = "mlflow"
+    sweep = Sweep.start(tmp_path, [])
+    sink.on_sweep_start(sweep)
+    run_id = sweep.state["mlflow"]["run_id"]
+    client = MlflowClient(uri)
+    assert client.get_run(run_id).info.status == "RUNNING"
     crashed = Result(choices={}, overrides=[], config={}, status=CRASHED,
                      reason="RuntimeError: boom")
-    tracking.abort_sweep(crashed, TrackingConfig(uri=uri, experiment="rnnexp"), tmp_path)
-    run = client.get_run(info["run_id"])
+    sink.on_abort(sweep, crashed)
+    run = client.get_run(run_id)
     assert run.info.status == "FAILED" and run.data.tags["reason"] == "RuntimeError: boom"

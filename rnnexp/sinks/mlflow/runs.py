@@ -1,26 +1,39 @@
-"""One `Result` (+ its job folder) → one MLflow run: params, tags, metrics, samples, artifacts."""
+"""One `Result` (+ its job folder) → one MLflow run: params, tags, metrics, samples, artifacts;
+and a sweep's parent run."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
+from rnnexp import summary
 from rnnexp.results import INTERRUPTED, INVALID, OK, RESULTS_FILE, UNSUPPORTED, Result
-from rnnexp.tracking import naming
+from rnnexp.sinks import Sweep
 
 # MLflow's limits (mlflow/utils/validation.py).
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 PHASE_PREFIX = {"forward": "fwd", "backward": "bwd", "total": "total"}
-# Statuses other than these are a crash ("crashed") or Ctrl-C ("interrupted").
+# Statuses other than these are a crash ("crashed").
 RUN_STATUS = {OK: "FINISHED", INVALID: "FAILED", UNSUPPORTED: "FAILED", INTERRUPTED: "KILLED"}
+# Tags of our own (MLflow's are mlflow.*).
+TAG_RESULT_ID = "rnnexp.result_id"
+TAG_SWEEP_ID = "rnnexp.sweep_id"
+TAG_KIND = "rnnexp.kind"  # "job" or "sweep"
+TAG_GROUPS = "rnnexp.groups"  # the config groups, comma-separated: the comparable choices
 
 
 def run_status(result: Result) -> str:
     return RUN_STATUS.get(result.status, "FAILED")
+
+
+def result_id(results_file: Path) -> str:
+    """The content hash of a saved results.json: the same result is never uploaded twice."""
+    return hashlib.sha256(Path(results_file).read_bytes()).hexdigest()[:20]
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, str]:
@@ -41,32 +54,33 @@ def params_of(result: Result) -> dict[str, str]:
 
 
 def tags_of(result: Result) -> dict[str, str]:
-    plat, backend = result.platform, result.backend
-    extra = plat.get("extra") or {}
+    plat = result.platform
+    vendor = str(plat.cudnn_version or "") if plat else ""
+    hip = bool(plat and plat.hip_version)
     tags = {
-        naming.TAG_KIND: "job",
-        naming.TAG_GROUPS: ",".join(result.choices),
+        TAG_KIND: "job",
+        TAG_GROUPS: ",".join(result.choices),
         "status": result.status,
         "reason": result.reason,
         "overrides": " ".join(result.overrides),
-        "verification": result.verification.get("status", ""),
+        "verification": result.verification.status if result.verification else "",
         "device": result.device,
         "device_name": result.device_name,
         "dtype": result.dtype,
-        "backend_resolved": backend.get("name", ""),
-        "torch": plat.get("torch_version", ""),
-        "cuda": plat.get("cuda_version") or "",
-        "hip": plat.get("hip_version") or "",
+        "backend_resolved": result.backend.name,
+        "torch": plat.torch_version if plat else "",
+        "cuda": (plat.cuda_version or "") if plat else "",
+        "hip": (plat.hip_version or "") if plat else "",
         # cuDNN on CUDA builds, MIOpen on ROCm builds (torch reports both as cudnn).
-        "cudnn": (str(plat.get("cudnn_version") or "") if not plat.get("hip_version") else ""),
-        "miopen": (str(plat.get("cudnn_version") or "") if plat.get("hip_version") else ""),
-        "cpu_name": plat.get("cpu_name", ""),
-        "host": plat.get("host", ""),
-        "python": extra.get("python", ""),
-        "git_commit": extra.get("git_commit", ""),
-        "mlflow.source.git.commit": extra.get("git_commit", "").removesuffix("-dirty"),
+        "cudnn": "" if hip else vendor,
+        "miopen": vendor if hip else "",
+        "cpu_name": plat.cpu_name if plat else "",
+        "host": plat.host if plat else "",
+        "python": (plat.extra.get("python", "") if plat else ""),
+        "git_commit": result.git_commit,
+        "mlflow.source.git.commit": result.git_commit.removesuffix("-dirty"),
         "mlflow.source.name": "rnnexp",
-        "backend_info": json.dumps(backend, default=str),
+        "backend_info": json.dumps(result.backend.to_json(), default=str),
     }
     return {k: str(v)[:MAX_TAG_VALUE] for k, v in tags.items() if v not in ("", None)}
 
@@ -75,10 +89,9 @@ def metrics_of(result: Result) -> dict[str, float]:
     """Every statistic and rate of every phase (fwd_median_ms, bwd_gflops, ...)."""
     metrics: dict[str, float] = {}
     for phase, prefix in PHASE_PREFIX.items():
-        for key, value in result.phases.get(phase, {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                metrics[f"{prefix}_{key}"] = float(value)
-    err = result.verification.get("max_abs_error")
+        for key, value in result.phase(phase).metrics().items():
+            metrics[f"{prefix}_{key}"] = value
+    err = result.verification.max_abs_error if result.verification else None
     if isinstance(err, (int, float)):
         metrics["verify_max_abs_error"] = float(err)
     if result.duration_s:
@@ -92,7 +105,7 @@ def sample_series(result: Result, timestamp: int) -> list:
 
     series = []
     for phase, name in (("forward", "fwd_ms"), ("backward", "bwd_ms")):
-        for step, value in enumerate(result.phases.get(phase, {}).get("samples_ms", [])):
+        for step, value in enumerate(result.phase(phase).samples_ms):
             series.append(Metric(name, float(value), timestamp, step))
     return series
 
@@ -106,7 +119,7 @@ def _epoch_ms(iso: str) -> Optional[int]:
 
 def find_recorded(client, exp_id: str, rid: str) -> Optional[str]:
     """The run that already holds this result, if any."""
-    runs = client.search_runs([exp_id], filter_string=f"tags.`{naming.TAG_RESULT_ID}` = '{rid}'",
+    runs = client.search_runs([exp_id], filter_string=f"tags.`{TAG_RESULT_ID}` = '{rid}'",
                               max_results=1)
     return runs[0].info.run_id if runs else None
 
@@ -122,13 +135,12 @@ def log_result(client, exp_id: str, result: Result, output_dir: Path,
     from mlflow.entities import Metric, Param, RunTag
 
     output_dir = Path(output_dir)
-    rid = naming.result_id(output_dir / RESULTS_FILE)
+    rid = result_id(output_dir / RESULTS_FILE)
     start = _epoch_ms(result.started_at) or int(time.time() * 1000)
     tags = tags_of(result)
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(exp_id, start_time=start, tags=tags,
-                            run_name=naming.run_name(result))
+    run = client.create_run(exp_id, start_time=start, tags=tags, run_name=result.label)
     run_id = run.info.run_id
     try:
         now = int(time.time() * 1000)
@@ -140,7 +152,7 @@ def log_result(client, exp_id: str, result: Result, output_dir: Path,
         if (output_dir / ".hydra").is_dir():
             client.log_artifacts(run_id, str(output_dir / ".hydra"), ".hydra")
         client.log_artifact(run_id, str(output_dir / RESULTS_FILE))
-        client.log_batch(run_id, tags=[RunTag(naming.TAG_RESULT_ID, rid)])
+        client.log_batch(run_id, tags=[RunTag(TAG_RESULT_ID, rid)])
         end = start + int(result.duration_s * 1000) if result.started_at else None
         client.set_terminated(run_id, status=run_status(result), end_time=end)
     except BaseException:
@@ -151,3 +163,34 @@ def log_result(client, exp_id: str, result: Result, output_dir: Path,
             pass
         raise
     return run_id
+
+
+def open_parent(client, exp_id: str, sweep: Sweep, git_commit: str) -> str:
+    run = client.create_run(exp_id, run_name=sweep.name, tags={
+        TAG_KIND: "sweep", TAG_SWEEP_ID: sweep.sweep_id, "overrides": " ".join(sweep.overrides),
+        "sweep_dir": sweep.dir, "git_commit": git_commit, "mlflow.source.name": "rnnexp"})
+    return run.info.run_id
+
+
+def find_parent(client, exp_id: str, sweep_id: str) -> Optional[str]:
+    runs = client.search_runs([exp_id], filter_string=f"tags.`{TAG_SWEEP_ID}` = '{sweep_id}'",
+                              max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def close_parent(client, run_id: str, jobs: Sequence[tuple[Path, Result]], sweep_dir: Path
+                 ) -> None:
+    """Summary table (JSON/CSV/markdown) and chart as artifacts; then the run ends."""
+    for path in summary.write(sweep_dir, jobs):
+        client.log_artifact(run_id, str(path), "summary")
+    n_ok = sum(r.status == OK for _, r in jobs)
+    client.set_tag(run_id, "jobs", str(len(jobs)))
+    client.set_tag(run_id, "jobs_ok", str(n_ok))
+    client.set_tag(run_id, "jobs_failed", str(len(jobs) - n_ok))
+    client.set_terminated(run_id, status="FINISHED")
+
+
+def end_parent(client, run_id: str, result: Result) -> None:
+    """A sweep cut short by this job: its parent ends with the job's status and reason."""
+    client.set_tag(run_id, "reason", result.reason[:MAX_TAG_VALUE])
+    client.set_terminated(run_id, status=run_status(result))

@@ -1,0 +1,107 @@
+"""Where results go: a small protocol, implemented by the console table, results.json,
+fastrnns JSON and MLflow, chosen in config (`sinks=[console,json,mlflow]`, `+sinks=csv`).
+
+A sink is one module with a `Sink` subclass and one YAML in conf/sinks/ naming it by
+`_target_` with its options. It learns about a job's result with `on_job`, and about a sweep
+(Hydra multirun) with `on_sweep_start` before any job, `on_sweep_end` after the last and
+`on_abort` when the sweep is cut short. Jobs may run in other processes than the sweep's
+events (joblib workers, cluster nodes), so a sink keeps what its jobs need from the sweep in
+`sweep.state[name]`, which travels through the sweep folder.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from rnnexp import targets
+from rnnexp.results import Result
+
+SWEEP_FILE = "sweep.json"
+
+
+@dataclass
+class Sweep:
+    """A multirun: its folder, identity, and what each sink keeps for its jobs."""
+
+    dir: str
+    sweep_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    name: str = ""
+    overrides: list[str] = field(default_factory=list)
+    started: str = field(default_factory=lambda: datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
+    state: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    def save(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / SWEEP_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, folder: Path) -> Optional[Sweep]:
+        try:
+            data = json.loads((Path(folder) / SWEEP_FILE).read_text())
+            return cls(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    @classmethod
+    def start(cls, folder: Path, overrides: Sequence[str]) -> Sweep:
+        sweep = cls(dir=str(Path(folder).resolve()), overrides=list(overrides))
+        swept = [o for o in overrides if "," in o or "(" in o] or list(overrides)
+        sweep.name = " ".join([f"sweep {sweep.started}", *swept])
+        return sweep
+
+
+Jobs = Sequence[tuple[Path, Result]]
+
+
+class Sink:
+    """Every hook is optional: a sink overrides the ones it needs."""
+
+    name = "sink"
+
+    def on_sweep_start(self, sweep: Sweep) -> None:
+        """Before the first job; may put what jobs need into `sweep.state[self.name]`."""
+
+    def on_job(self, result: Result, output_dir: Path, sweep: Optional[Sweep]) -> None:
+        """After each job (in the job's process), with the job's Hydra output folder."""
+
+    def on_sweep_end(self, sweep: Sweep, jobs: Jobs) -> None:
+        """After the last job, with every job's (folder, result) in job order."""
+
+    def on_abort(self, sweep: Sweep, result: Result) -> None:
+        """The sweep is cut short by this job (Ctrl-C, a signal)."""
+
+
+def build(config: Mapping[str, Any]) -> list[Sink]:
+    """The sinks named in `cfg.sinks` ({name: {_target_, options}}), in their listed order."""
+    sinks = []
+    for name, node in config.items():
+        sink = targets.call(f"sinks.{name}", node)
+        if not isinstance(sink, Sink):
+            raise targets.ConfigError(f"sinks.{name}._target_", "is not an rnnexp Sink")
+        sink.name = name
+        sinks.append(sink)
+    return sinks
+
+
+def load_jobs(sweep_dir: Path) -> list[tuple[Path, Result]]:
+    """(job folder, result) for every job of a sweep that saved one, in job order."""
+    from rnnexp.results import RESULTS_FILE
+
+    found = []
+    for path in Path(sweep_dir).rglob(RESULTS_FILE):
+        try:
+            found.append((path.parent, Result.load(path)))
+        except (OSError, ValueError, TypeError):
+            continue  # not one of ours
+    key = lambda item: [int(p) if p.isdigit() else p  # noqa: E731 — 2 before 10
+                        for p in item[0].relative_to(sweep_dir).parts]
+    return sorted(found, key=key)

@@ -1,0 +1,21 @@
+"""The results table on the console: after each job, and for the whole sweep at its end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from rnnexp.report import console, results_table
+from rnnexp.results import RESULTS_FILE, Result
+from rnnexp.sinks import Jobs, Sink, Sweep
+
+
+class Console(Sink):
+    def on_job(self, result: Result, output_dir: Path, sweep: Optional[Sweep]) -> None:
+        console.print(results_table([result]))
+        if (Path(output_dir) / RESULTS_FILE).exists():
+            console.print(f"results: {Path(output_dir) / RESULTS_FILE}", highlight=False)
+
+    def on_sweep_end(self, sweep: Sweep, jobs: Jobs) -> None:
+        console.print(results_table([r for _, r in jobs],
+                                    title=f"rnnexp sweep: {len(jobs)} jobs"))

@@ -1,0 +1,122 @@
+"""The MLflow sink: every job a run, every sweep a parent run with its jobs as children.
+
+Everything MLflow lives here: the store connection (`store`), what a run holds (`runs`), the
+sweep's parent run, and working offline — an unreachable store costs one warning and the
+results stay on disk for `python -m rnnexp.sync`. Nothing here raises into a job.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+from rnnexp import version
+from rnnexp.errors import ConfigError
+from rnnexp.results import RESULTS_FILE, Result
+from rnnexp.sinks import Jobs, Sink, Sweep
+from rnnexp.sinks.mlflow import runs, store
+
+
+def check_uri(uri: str) -> None:
+    if uri.startswith("sqlite:") and not (uri.startswith("sqlite:////")
+                                          or uri == "sqlite:///:memory:"):
+        raise ConfigError("sinks.mlflow.uri", f"'{uri}' is not an absolute SQLite path",
+                          "use sqlite:////abs/path/mlflow.db")
+    if "://" not in uri and uri not in ("databricks", "databricks-uc"):
+        raise ConfigError("sinks.mlflow.uri", f"'{uri}' is not a tracking URI",
+                          "use sqlite:////abs/path/mlflow.db or http://host:port")
+
+
+class Mlflow(Sink):
+    def __init__(self, uri: str, experiment: str = "rnnexp"):
+        check_uri(uri)
+        if not experiment.strip():
+            raise ConfigError("sinks.mlflow.experiment", "is empty", "name the MLflow experiment")
+        self.uri, self.experiment = uri, experiment
+
+    @contextmanager
+    def client(self) -> Iterator[tuple[object, str]]:
+        """(MlflowClient, experiment id), creating the store and experiment on first use."""
+        with store.http_limits():
+            yield store.connect(self.uri, self.experiment)
+
+    def _state(self, sweep: Optional[Sweep]) -> dict:
+        return sweep.state.get(self.name, {}) if sweep else {}
+
+    def on_sweep_start(self, sweep: Sweep) -> None:
+        state = sweep.state.setdefault(self.name, {"run_id": None})
+        try:
+            # Store and experiment exist before any job starts: parallel jobs on a fresh
+            # SQLite file would race on its schema migration.
+            with self.client() as (client, exp_id):
+                state["run_id"] = runs.open_parent(client, exp_id, sweep, version.git_commit())
+        except Exception as err:
+            store.warn_offline(self.uri, err, sweep.path)
+            # Jobs then skip the store instead of each waiting on it and warning again.
+            state["offline"] = store.short_reason(err)
+
+    def on_job(self, result: Result, output_dir: Path, sweep: Optional[Sweep]) -> None:
+        state = self._state(sweep)
+        if state.get("offline"):  # the sweep already warned, naming its folder for sync
+            return
+        if not (Path(output_dir) / RESULTS_FILE).exists():
+            result.save(output_dir)  # the run's artifact and identity
+        try:
+            with self.client() as (client, exp_id):
+                runs.log_result(client, exp_id, result, output_dir,
+                                parent_run_id=state.get("run_id"))
+        except Exception as err:
+            store.warn_offline(self.uri, err, output_dir)
+
+    def on_sweep_end(self, sweep: Sweep, jobs: Jobs) -> None:
+        run_id = self._state(sweep).get("run_id")
+        if not run_id:
+            return
+        try:
+            with self.client() as (client, _):
+                runs.close_parent(client, run_id, jobs, sweep.path)
+        except Exception as err:
+            store.warn_offline(self.uri, err, sweep.path)
+
+    def on_abort(self, sweep: Sweep, result: Result) -> None:
+        """Hydra ends a sweep cut short without `on_multirun_end`: end the parent run too
+        (FAILED or KILLED, with the reason) rather than leave it RUNNING."""
+        run_id = self._state(sweep).get("run_id")
+        if not run_id:
+            return
+        try:
+            with self.client() as (client, _):
+                runs.end_parent(client, run_id, result)
+        except Exception as err:
+            store.warn_offline(self.uri, err, sweep.path)
+
+    def upload(self, jobs: Jobs, sweep: Optional[Sweep]) -> tuple[int, int]:
+        """Upload saved results (a run folder, or a sweep's jobs under its parent run, made if
+        the store has none); skips what the store already holds. (uploaded, skipped)."""
+        from rnnexp.report import console
+
+        done = []
+        with self.client() as (client, exp_id):
+            parent = new_parent = None
+            if sweep is not None:
+                parent = runs.find_parent(client, exp_id, sweep.sweep_id)
+                if parent is None:
+                    parent = new_parent = runs.open_parent(client, exp_id, sweep,
+                                                           jobs[0][1].git_commit)
+            for folder, result in jobs:
+                existing = runs.find_recorded(client, exp_id,
+                                              runs.result_id(folder / RESULTS_FILE))
+                if existing:
+                    console.print(f"  already recorded  {result.label}  (run {existing})",
+                                  highlight=False, markup=False)
+                    done.append(False)
+                    continue
+                run_id = runs.log_result(client, exp_id, result, folder, parent_run_id=parent)
+                console.print(f"  uploaded          {result.label}  → run {run_id}",
+                              highlight=False, markup=False)
+                done.append(True)
+            if parent and (new_parent or any(done)):
+                runs.close_parent(client, parent, jobs, sweep.path)  # type: ignore[union-attr]
+        return sum(done), len(done) - sum(done)
+
