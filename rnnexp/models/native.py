@@ -47,7 +47,7 @@ def dropout_off(module: nn.RNNBase) -> Iterator[None]:
 def with_dropout_off_for_verification(workload: Workload, module: nn.RNNBase,
                                       dropout: float) -> Workload:
     workload.verify_context = lambda: dropout_off(module)
-    workload.verify_note = (f"verified with dropout p=0 (training mode); timed with dropout "
+    workload.verify_note = (f"verified with dropout off (p=0, training mode); timed with dropout "
                             f"p={dropout} between layers")
     return workload
 
