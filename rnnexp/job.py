@@ -38,7 +38,8 @@ class Plan:
 
 
 def make_backend(cfg: Config, plat: platform_mod.Platform, device: torch.device) -> Backend:
-    return targets.call("backend", cfg.backend, plat=plat, device=device)
+    return targets.call("backend", cfg.backend, plat=plat, device=device,
+                        dtype=torch_dtype(cfg.dtype))
 
 
 def build_workload(cfg: Config, spec: WorkloadSpec) -> Workload:
@@ -50,7 +51,7 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
     """Everything decided before timing; raises UnsupportedError/ConfigError with a reason."""
     plat = plat or platform_mod.current()
     device = resolve_device(cfg.device, plat)
-    check_model_placement(choices.get("model", "?"), cfg.model, device, cfg.dtype)
+    check_model_placement(choices.get("model", "?"), cfg.model, device, cfg.dtype, plat)
     backend = make_backend(cfg, plat, device)
     backend.check(choices.get("model", "?"), cfg.model)
     spec = WorkloadSpec(shape=cfg.shape, device=device, dtype=torch_dtype(cfg.dtype),

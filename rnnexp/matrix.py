@@ -25,15 +25,17 @@ OK = "✓"
 
 
 def support(models: Sequence[str], backends: Sequence[str], device: str = "auto",
-            plat: Platform | None = None) -> dict[tuple[str, str], str]:
-    """{(model, backend): "" if it runs here, else the one-line reason}."""
+            plat: Platform | None = None, extra: Sequence[str] = ()
+            ) -> dict[tuple[str, str], str]:
+    """{(model, backend): "" if it runs here, else the one-line reason}; `extra` overrides
+    (e.g. dtype=bfloat16) apply to every cell."""
     schema.register()
     cells = {}
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         for model in models:
             for backend in backends:
                 choices = {"model": model, "backend": backend, "device": device}
-                overrides = [f"{k}={v}" for k, v in choices.items()]
+                overrides = [f"{k}={v}" for k, v in choices.items()] + list(extra)
                 try:
                     cfg = schema.validate(compose(config_name=CONFIG_NAME, overrides=overrides))
                     job.plan(cfg, choices, overrides, plat=plat)

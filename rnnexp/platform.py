@@ -21,7 +21,12 @@ class Platform:
     hip_version: str | None = None  # torch.version.hip: a ROCm build
     gpu_count: int = 0
     gpu_names: tuple[str, ...] = ()
+    # (major, minor) compute capability per GPU (CUDA SM; ROCm reports its gfx major/minor).
+    gpu_capabilities: tuple[tuple[int, int], ...] = ()
     cudnn_version: int | None = None  # cuDNN on CUDA, MIOpen on ROCm
+    # Why the vendor RNN library cannot be used although the build has one (version query
+    # raised): backend=cudnn/miopen refuse with it; every other backend runs.
+    cudnn_error: str = ""
     cpu_name: str = ""
     cpu_threads: int = 1
     host: str = ""
@@ -43,6 +48,11 @@ class Platform:
             return None
         return "amd" if self.hip_version else "nvidia"
 
+    def capability(self, index: int | None) -> tuple[int, int] | None:
+        caps = self.gpu_capabilities
+        i = index or 0
+        return tuple(caps[i]) if i < len(caps) else None  # type: ignore[return-value]
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -58,17 +68,34 @@ def _cpu_name() -> str:
     return _pyplatform.processor() or _pyplatform.machine()
 
 
+def vendor_library_version() -> tuple[int | None, str]:
+    """(version, "") or (None, why). `torch.backends.cudnn.version()` runs `_init()`, which
+    raises RuntimeError on a runtime/compile-time cuDNN or MIOpen mismatch, and for cuDNN >=
+    9.11 with any visible GPU below SM 7.5 (torch/backends/cudnn/__init__.py): that must
+    not stop jobs that never use the library (device=cpu, aten, jit, ...)."""
+    if not torch.backends.cudnn.is_available():
+        return None, ""
+    try:
+        return torch.backends.cudnn.version(), ""
+    except RuntimeError as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return None, first
+
+
 @lru_cache(maxsize=1)
 def current() -> Platform:
     gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    cudnn, cudnn_error = vendor_library_version()
     return Platform(
         torch_version=torch.__version__,
         cuda_version=torch.version.cuda,
         hip_version=getattr(torch.version, "hip", None),
         gpu_count=gpu_count,
         gpu_names=tuple(torch.cuda.get_device_name(i) for i in range(gpu_count)),
+        gpu_capabilities=tuple(tuple(torch.cuda.get_device_capability(i))
+                               for i in range(gpu_count)),
         cudnn_version=cudnn,
+        cudnn_error=cudnn_error,
         cpu_name=_cpu_name(),
         cpu_threads=torch.get_num_threads(),
         host=socket.gethostname(),

@@ -1,7 +1,7 @@
 """Structured-config schemas: OmegaConf checks types at composition, `__post_init__` checks ranges.
 
 Each group's options merge into a typed field of `Config`; an option with fields of its own
-(the jit and inductor backends) names its subclass schema in its defaults list
+(the jit, inductor and cudnn backends) names its subclass schema in its defaults list
 (`/schema/backend/<kind>@_here_`). So a wrong type or an unknown key fails while Hydra
 composes, and `validate()` turns the composed config into these dataclasses, which rejects
 out-of-range values before anything is built or timed.
@@ -136,10 +136,22 @@ class ModelConfig:
 
 @dataclass
 class BackendConfig:
+    """A backend without options (aten, miopen, te): any extra key fails at composition.
+
+    There is no `cudnn_benchmark`: cuDNN's RNN path never reads the benchmark flag (its
+    algorithm comes from `get_algo` heuristics in aten/src/ATen/native/cudnn/RNN.cpp)."""
+
     # Backend class; instantiated with these fields.
     _target_: str = MISSING
-    # cudnn: let cuDNN autotune its algorithms (torch.backends.cudnn.benchmark).
-    cudnn_benchmark: bool = False
+
+
+@dataclass
+class CudnnConfig(BackendConfig):
+    """backend=cudnn (and auto, which picks cudnn on an NVIDIA GPU)."""
+
+    # TF32 tensor-core math in cuDNN's float32 RNNs on SM >= 8.0 (cudnn.flags(allow_tf32=)).
+    # Off by default: aten/jit/te/inductor run full FP32, so float32 compares like with like.
+    allow_tf32: bool = False
 
 
 class Executor(Enum):
@@ -214,7 +226,8 @@ class Config:
 
 # Subclass schemas that options name in their defaults lists.
 _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
-    "backend": {"torchscript": TorchScriptConfig, "inductor": InductorConfig},
+    "backend": {"torchscript": TorchScriptConfig, "inductor": InductorConfig,
+                "cudnn": CudnnConfig},
 }
 
 

@@ -50,11 +50,20 @@ def test_auto_picks_the_vendor_library_of_the_device(plat, device, expected):
     assert type(p.backend) is expected
 
 
-def test_cudnn_records_its_version_and_benchmark_option():
-    p = plan(["backend=cudnn", "device=cuda", "backend.cudnn_benchmark=true"], CUDA_GPU)
+def test_cudnn_records_its_version_and_tf32_setting():
+    p = plan(["backend=cudnn", "device=cuda", "backend.allow_tf32=true"], CUDA_GPU)
     info = p.backend.info()
     assert info["cudnn"] == 91000 and info["cuda"] == "12.8"
-    assert info["cudnn_benchmark"] is True and info["vendor_library"] is True
+    assert info["allow_tf32"] is True and info["vendor_library"] is True
+    assert "cudnn_benchmark" not in info
+
+
+@pytest.mark.parametrize("backend", ["cudnn", "miopen", "auto", "aten"])
+def test_cudnn_benchmark_is_gone_it_never_reached_rnns(backend):
+    # cuDNN's RNN algorithm comes from heuristics; the benchmark flag is never read.
+    with pytest.raises(RnnexpError, match="backend.cudnn_benchmark"):
+        config_check.check([f"backend={backend}", "backend.cudnn_benchmark=true"],
+                           multirun=False)
 
 
 @pytest.mark.parametrize("plat, device, expected", [
@@ -101,6 +110,9 @@ def test_aten_runs_the_scripted_loop():
     assert result.status == "ok"
     # The executor's profiling/optimising runs happened before timing, untimed.
     assert result.backend.details["optimize_s"] > 0 and result.backend.details["warm_runs"] == 3
+    # Pinned unfused flags and the graph it ran are recorded, as under backend=jit.
+    assert result.backend.details["flags"]["texpr_fuser"] is False
+    assert result.backend.details["graph"]["differentiable_graphs"] > 0
 
 
 # --- jit / te: configuration ----------------------------------------------------------------
@@ -171,7 +183,7 @@ def test_te_probe_finds_no_llvm_on_this_cpu_build():
     assert probe["llvm_enabled"] is False
     assert refusal(["backend=te", "model=jit", "device=cpu"]) == (
         "backend=te cannot fuse on the CPU: this PyTorch build has no LLVM (probe: LLVM "
-        "Backend not found) — use backend=jit or backend=inductor, or device=cuda")
+        "Backend not found) — use backend=jit, backend=inductor or device=cuda")
     assert torchscript.llvm_probe() is probe  # probed once per process
 
 

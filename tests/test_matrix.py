@@ -7,7 +7,8 @@ import sys
 from rnnexp import matrix
 from rnnexp.config_check import group_options
 from tests.conftest import ROOT
-from tests.test_backends import CUDA_GPU
+from tests.test_backends import CUDA_GPU, ROCM_GPU
+from tests.test_gpu_paths import AMPERE, CUDNN_BROKEN, VOLTA
 
 
 def test_matrix_on_a_simulated_cuda_machine():
@@ -42,3 +43,31 @@ def test_matrix_narrows_and_rejects_unknown_names():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "--backends: no such option nope" in proc.stderr
+
+
+def test_matrix_shows_the_gpu_refusals_on_simulated_cuda_and_rocm():
+    bf16 = ["dtype=bfloat16"]
+    cuda = matrix.support(["lstm", "jit"], ["cudnn", "aten"], "cuda",
+                          plat=CUDA_GPU, extra=bf16)  # cuDNN 9.10, capability unknown
+    assert cells_ok(cuda, ("jit", "cudnn"), ("lstm", "aten"), ("jit", "aten"))
+    assert cuda["lstm", "cudnn"].startswith("backend=cudnn runs bfloat16 RNNs only with cuDNN "
+                                            ">= 9.13 on SM >= 8.0")
+    assert matrix.support(["lstm"], ["cudnn"], "cuda", plat=AMPERE, extra=bf16) == {
+        ("lstm", "cudnn"): ""}
+    volta = matrix.support(["jit"], ["aten"], "cuda", plat=VOLTA, extra=bf16)
+    assert volta["jit", "aten"].startswith("dtype=bfloat16: Tesla V100 (SM 7.0) has no native")
+    rocm = matrix.support(["lstm", "jit"], ["miopen"], "cuda", plat=ROCM_GPU, extra=bf16)
+    assert rocm["jit", "miopen"] == ""
+    assert rocm["lstm", "miopen"].startswith("backend=miopen runs RNNs in float32 and float16 "
+                                             "only")
+    broken = matrix.support(["lstm"], ["cudnn", "auto"], "cuda", plat=CUDNN_BROKEN)
+    assert broken["lstm", "cudnn"].startswith("backend=cudnn cannot use cuDNN: cuDNN version "
+                                              "91100 is not compatible")
+    assert broken["lstm", "auto"] == ""  # auto falls back to aten and records why
+    tf32 = matrix.support(["lstm"], ["auto"], "cuda", plat=ROCM_GPU,
+                          extra=["backend.allow_tf32=true"])
+    assert tf32["lstm", "auto"].startswith("backend=miopen has no TF32 option")
+
+
+def cells_ok(cells, *keys):
+    return all(cells[k] == "" for k in keys)

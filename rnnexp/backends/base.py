@@ -9,10 +9,48 @@ from typing import ContextManager
 
 import torch
 
+from rnnexp.device import synchronize, use_device
 from rnnexp.errors import UnsupportedError
 from rnnexp.platform import Platform
 from rnnexp.schema import ModelConfig
 from rnnexp.workload import Workload
+
+
+def suggest(*options: str) -> str:
+    """'use A', 'use A or B', 'use A, B or C': the one way refusals name what would work."""
+    head, last = options[:-1], options[-1]
+    return "use " + (f"{', '.join(head)} or {last}" if head else last)
+
+
+def loop_twin(model: ModelConfig) -> str:
+    """The cell-loop formulation to suggest instead of an nn module."""
+    return f"its cell loop model={model.twin}" if model.twin else "a loop model such as model=jit"
+
+
+def scripted_twin(model: ModelConfig) -> str:
+    """The scripted formulation to suggest instead of an eager Python loop."""
+    return f"model={model.twin} (its scripted twin)" if model.twin else "a jit* model"
+
+
+def untimed_runs(workload: Workload, device: torch.device, runs: int) -> float:
+    """`runs` forward(+backward) calls off the clock; seconds they took, GPU work included
+    (synchronised before the clock is read). Gradients are cleared afterwards.
+
+    Grad mode as the timer will have it: a workload built without gradients
+    (bench.backward=false) or without a backward is timed under no_grad, and a compiled or
+    scripted graph specialises on grad mode, so it must be warmed under the same one."""
+    backward = workload.has_backward and any(p.requires_grad for p in workload.params)
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        with torch.set_grad_enabled(backward):
+            outputs = workload.run_forward()
+        if backward:
+            workload.backward(*workload.backward_setup(outputs))  # type: ignore[misc]
+        del outputs
+    synchronize(device)
+    seconds = time.perf_counter() - t0
+    workload.zero_grad()
+    return seconds
 
 
 class Backend:
@@ -20,11 +58,19 @@ class Backend:
     # Process-global settings that may not switch back inside one process (TorchScript):
     # run each job in a fresh process (rnnexp.isolation).
     isolate = False
+    # Untimed calls every model gets in `prepare`, whatever `bench.warmup` and `bench.verify`
+    # say: first-use costs (cuDNN handles and dropout state, MIOpen's kernel compilation,
+    # allocator growth) must never land in timed iteration 0.
+    FIRST_CALLS = 1
 
-    def __init__(self, plat: Platform, device: torch.device, **options):
+    def __init__(self, plat: Platform, device: torch.device,
+                 dtype: torch.dtype = torch.float32, **options):
+        if options:  # the schema refuses these at composition; a backend built in code too
+            raise TypeError(f"backend={self.name} takes no option {', '.join(options)}")
         self.plat = plat
         self.device = device
-        self.options = options
+        self.dtype = dtype
+        self.first_call_s: float | None = None
 
     def check(self, model_name: str, model: ModelConfig) -> None:
         """Raise UnsupportedError with a one-line reason if this model cannot run here."""
@@ -35,23 +81,19 @@ class Backend:
         return model.form == "loop"
 
     def context(self) -> ContextManager:
-        return contextlib.nullcontext()
+        """Entered around build, verification and timing: the chosen GPU is the current one
+        (so `device.index >= 1` jobs query and run on it), plus the backend's own flags."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(use_device(self.device))
+        for ctx in self.flags_context():
+            stack.enter_context(ctx)
+        return stack
 
-    # Untimed fwd+bwd runs of a scripted model before verification and timing: the profiling
-    # executor profiles the first run(s) and then optimises; left to the timed loop (or to a
-    # one-iteration warmup), that compilation would be timed.
-    WARM_RUNS = 3
-    optimize_s: float | None = None
+    def flags_context(self) -> list[ContextManager]:
+        return []
 
     def prepare(self, workload: Workload) -> Workload:
-        if any(isinstance(m, torch.jit.ScriptModule) for m in workload.modules):
-            t0 = time.perf_counter()
-            for _ in range(self.WARM_RUNS):
-                outputs = workload.run_forward()
-                if workload.has_backward:
-                    workload.backward(*workload.backward_setup(outputs))  # type: ignore[misc]
-            workload.zero_grad()
-            self.optimize_s = time.perf_counter() - t0
+        self.first_call_s = untimed_runs(workload, self.device, self.FIRST_CALLS)
         return workload
 
     def finish(self, workload: Workload) -> None:
@@ -59,7 +101,9 @@ class Backend:
 
     def info(self) -> dict:
         """Versions and flags that identify what actually ran."""
-        return {"name": self.name}
+        return {"name": self.name, "first_call_s": self.first_call_s}
 
-    def refuse(self, reason: str) -> None:
-        raise UnsupportedError(f"backend={self.name} {reason}")
+    def refuse(self, reason: str, *use: str) -> None:
+        """One line: `backend=NAME <reason> — use <what would work>`."""
+        raise UnsupportedError(f"backend={self.name} {reason}" + (f" — {suggest(*use)}"
+                                                                   if use else ""))

@@ -2,7 +2,9 @@
 
 Compilation happens in `prepare`: one forward and one backward run there, so both graphs
 are compiled before verification and timing, and the time it took is reported on its own
-(`compile_s`), never inside the timed iterations.
+(`compile_s`), never inside the timed iterations. Two more untimed calls follow: with
+CUDA graphs (mode=reduce-overhead/max-autotune) the first call after compiling warms up and
+the next records the graph, which must not happen in timed iteration 0 either.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ import time
 
 import torch
 
-from rnnexp.backends.base import Backend
-from rnnexp.errors import UnsupportedError
+from rnnexp.backends.base import Backend, loop_twin, untimed_runs
 from rnnexp.platform import Platform
 from rnnexp.schema import ModelConfig
 from rnnexp.workload import Workload
@@ -21,6 +22,7 @@ from rnnexp.workload import Workload
 
 class Inductor(Backend):
     name = "inductor"
+    AFTER_COMPILE_CALLS = 2
 
     def __init__(self, plat: Platform, device: torch.device, mode: str = "default", **options):
         super().__init__(plat, device, **options)
@@ -35,13 +37,12 @@ class Inductor(Backend):
         if model.form == "module":
             # Dynamo does not trace nn.LSTM/GRU (allow_rnn is off; turned on, tracing fails
             # on the CPU): the module would run eagerly under the name inductor.
-            loop = f"its cell loop model={model.twin}" if model.twin else "a cell-loop model"
             self.refuse(f"compiles cell-loop formulations; model={model_name} is an nn module "
-                        f"that dynamo does not trace — use {loop}, or backend=aten")
+                        "that dynamo does not trace", loop_twin(model), "backend=aten")
         # Inductor writes C++ for the CPU and builds it with the host compiler.
         if self.device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++")):
-            self.refuse("needs a C++ compiler (g++) to compile for the CPU — install one, "
-                        "or use backend=aten")
+            self.refuse("needs a C++ compiler to compile for the CPU and found no g++ or c++ "
+                        "(install one)", "backend=aten")
 
     def prepare(self, workload: Workload) -> Workload:
         torch._dynamo.reset()  # a fresh cache: what is compiled here is this model
@@ -49,17 +50,12 @@ class Inductor(Backend):
         workload.forward = torch.compile(workload.forward, mode=self.mode, dynamic=False)
         t0 = time.perf_counter()
         try:
-            outputs = workload.run_forward()
-            if workload.has_backward:
-                workload.backward(*workload.backward_setup(outputs))  # type: ignore[misc]
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
+            untimed_runs(workload, self.device, 1)
         except Exception as err:
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise UnsupportedError(f"backend=inductor could not compile this model: "
-                                   f"{type(err).__name__}: {first}") from None
+            self.refuse(f"could not compile this model: {type(err).__name__}: {first}")
         self.compile_s = time.perf_counter() - t0
-        workload.zero_grad()
+        self.first_call_s = untimed_runs(workload, self.device, self.AFTER_COMPILE_CALLS)
         counters = torch._dynamo.utils.counters
         self.dynamo = {"graphs": int(counters["stats"].get("unique_graphs", 0)),
                        "graph_breaks": int(sum(counters["graph_break"].values())),
@@ -69,12 +65,12 @@ class Inductor(Backend):
             # Dynamo ran the whole model eagerly (nn.LSTM/GRU are not traced by default, and
             # tracing them fails on CPU): timing it would be eager under the name inductor.
             why = next(iter(counters["graph_break"]), "no graph captured")
-            raise UnsupportedError(f"backend=inductor compiled nothing for this model "
-                                   f"(dynamo: {why.splitlines()[0]}) — use backend=aten, or "
-                                   "a loop model such as model=py")
+            self.refuse(f"compiled nothing for this model (dynamo: {why.splitlines()[0]})",
+                        "backend=aten", "a loop model such as model=py")
         return workload
 
     def info(self) -> dict:
-        return {"name": self.name, "mode": self.mode, "compile_s": self.compile_s,
+        return {**super().info(), "mode": self.mode, "compile_s": self.compile_s,
+                "warm_runs": self.AFTER_COMPILE_CALLS,
                 # compile_s includes the first forward+backward run it took to compile.
                 "compile_includes": "first forward+backward", **self.dynamo}

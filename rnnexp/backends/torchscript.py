@@ -16,9 +16,9 @@ from typing import ContextManager
 
 import torch
 
-from rnnexp.backends import jitflags
-from rnnexp.backends.base import Backend
+from rnnexp.backends.base import Backend, loop_twin, scripted_twin
 from rnnexp.backends.jitflags import JitFlags
+from rnnexp.backends.scripting import ScriptedRun
 from rnnexp.platform import Platform
 from rnnexp.schema import Executor, JitFuser, ModelConfig
 from rnnexp.workload import Workload
@@ -29,39 +29,32 @@ class TorchScriptBackend(Backend):
 
     def __init__(self, plat: Platform, device: torch.device, **options):
         super().__init__(plat, device, **options)
-        self.graph: dict | None = None
-        self.flags_seen: JitFlags | None = None
+        self.scripted = ScriptedRun(self.flags())
 
     def flags(self) -> JitFlags:
         raise NotImplementedError
 
     def check(self, model_name: str, model: ModelConfig) -> None:
         if model.form == "eager":
-            twin = f"model={model.twin} (its scripted twin)" if model.twin else "a jit* model"
             self.refuse(f"scripts cell-loop models; model={model_name} is eager Python that is "
-                        f"never scripted — use {twin}")
+                        "never scripted", scripted_twin(model))
         if model.form == "module":
-            loop = (f"its cell loop model={model.twin}" if model.twin
-                    else "a loop model such as model=jit")
             self.refuse(f"scripts cell-loop models; model={model_name} is an nn module that "
-                        "TorchScript would not change — use backend=aten (or cudnn/miopen), "
-                        f"or {loop}")
+                        "TorchScript would not change", "backend=aten (or cudnn/miopen)",
+                        loop_twin(model))
 
-    def context(self) -> ContextManager:
-        return jitflags.in_force(self.flags())
+    def flags_context(self) -> list[ContextManager]:
+        return [self.scripted.context()]
+
+    def prepare(self, workload: Workload) -> Workload:
+        self.scripted.optimise(workload, self.device)
+        return workload
 
     def finish(self, workload: Workload) -> None:
-        self.flags_seen = jitflags.read()
-        module = workload.modules[0] if workload.modules else None
-        with torch.enable_grad():
-            self.graph = jitflags.graph_summary(module, workload.inputs)
+        self.scripted.summarise(workload)
 
     def info(self) -> dict:
-        return {"name": self.name,
-                "flags": (self.flags_seen or self.flags()).as_dict(),
-                "graph": self.graph,
-                # The untimed warm-up runs in which the executor profiled and optimised.
-                "optimize_s": self.optimize_s, "warm_runs": self.WARM_RUNS}
+        return {**super().info(), **self.scripted.info()}
 
 
 class Jit(TorchScriptBackend):
@@ -69,15 +62,15 @@ class Jit(TorchScriptBackend):
 
     def __init__(self, plat: Platform, device: torch.device, executor=Executor.profiling,
                  fuser=JitFuser.none, **options):
-        super().__init__(plat, device, **options)
         self.executor = Executor(getattr(executor, "value", executor))
         self.fuser = JitFuser(getattr(fuser, "value", fuser))
+        super().__init__(plat, device, **options)
 
     def check(self, model_name: str, model: ModelConfig) -> None:
         super().check(model_name, model)
         # Schema validation already refuses this; a backend built in code must too.
         if self.fuser == JitFuser.legacy and self.executor != Executor.legacy:
-            self.refuse("fuser=legacy fuses only under executor=legacy — set "
+            self.refuse("fuser=legacy fuses only under executor=legacy",
                         "backend.executor=legacy")
 
     def flags(self) -> JitFlags:
@@ -114,8 +107,19 @@ class TensorExpr(Jit):
             probe = llvm_probe()
             if not probe["fuses"]:
                 self.refuse(f"cannot fuse on the CPU: this PyTorch build has no LLVM "
-                            f"(probe: {probe['error']}) — use backend=jit or backend=inductor, "
-                            "or device=cuda")
+                            f"(probe: {probe['error']})", "backend=jit", "backend=inductor",
+                            "device=cuda")
+
+    def prepare(self, workload: Workload) -> Workload:
+        super().prepare(workload)
+        graph = self.scripted.graph
+        if graph is not None and not graph["tensorexpr_groups"]:
+            # NNC declines some graphs (e.g. bfloat16, and on ROCm builds it may not fuse at
+            # all): an unfused graph timed under the name te would be backend=jit's number.
+            dtype = str(self.dtype).removeprefix("torch.")
+            self.refuse(f"formed no TensorExpr fusion group for this model on {self.device} "
+                        f"with dtype={dtype}; its graph would run unfused", "backend=jit")
+        return workload
 
     def flags(self) -> JitFlags:
         on_cpu = self.device.type == "cpu"

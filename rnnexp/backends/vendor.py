@@ -1,65 +1,176 @@
 """Vendor RNN libraries: cuDNN (NVIDIA), MIOpen (AMD, same torch flag on ROCm builds), and
-`aten` with the vendor library off. `auto` picks one from the device and build."""
+`aten` with the vendor library off. `auto` picks one from the device and build.
+
+A vendor backend times the vendor kernel or refuses. PyTorch silently runs its native kernels
+instead when the library cannot take the input (aten/src/ATen/native/RNN.cpp: `use_miopen`
+accepts float32/float16 only; `use_cudnn` takes bfloat16 only if
+`supportsBFloat16RNNWithCuDNN()`, i.e. built with cuDNN >= 9.13 and the current GPU SM >= 8.0),
+and after a MIOpen RNN failure it falls back to native kernels for the rest of the process
+with only a warning. So `check` refuses the dtypes the library cannot run, and `prepare`
+runs one forward under a dispatch recorder and refuses unless the vendor op ran.
+"""
 
 from __future__ import annotations
 
 from typing import ContextManager
 
 import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rnnexp.backends.base import Backend
+from rnnexp.backends.scripting import UNFUSED, ScriptedRun
 from rnnexp.platform import Platform
+from rnnexp.schema import ModelConfig
+from rnnexp.workload import Workload
+
+# cuDNN RNNs with bfloat16: compiled cuDNN >= 9.13 and SM >= 8.0 (CUDAHooks.cpp
+# supportsBFloat16RNNWithCuDNN); the runtime version stands in for the compiled one here, and
+# the kernel check in `prepare` catches the rest.
+CUDNN_BF16_RNN_VERSION = 91300
+
+
+class _OpsSeen(TorchDispatchMode):
+    """Records the aten ops dispatched below autograd (vendor or native RNN kernels)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+def has_rnn_module(workload: Workload) -> bool:
+    return any(isinstance(m, nn.RNNBase) for mod in workload.modules for m in mod.modules())
+
+
+def rnn_ops(workload: Workload) -> list[str]:
+    """The RNN kernels one forward dispatches (`aten::_cudnn_rnn`, `aten::miopen_rnn`,
+    `aten::mkldnn_rnn_layer`, `aten::_thnn_fused_lstm_cell`, ...), grad mode as timed."""
+    backward = workload.has_backward and any(p.requires_grad for p in workload.params)
+    with torch.set_grad_enabled(backward), _OpsSeen() as seen:
+        workload.run_forward()
+    return sorted(op for op in seen.ops if any(k in op for k in ("rnn", "lstm", "gru")))
 
 
 class VendorLibrary(Backend):
     enabled = True
+    library = ""  # cuDNN / MIOpen
+    kernel = ""  # the aten op that proves the library ran
 
-    def __init__(self, plat: Platform, device: torch.device, cudnn_benchmark: bool = False,
+    def __init__(self, plat: Platform, device: torch.device, allow_tf32: bool = False,
                  **options):
         super().__init__(plat, device, **options)
-        self.cudnn_benchmark = cudnn_benchmark
+        self.allow_tf32 = allow_tf32
+        self.scripted = ScriptedRun(UNFUSED)  # for `form: loop` models, scripted here too
+        self.rnn_ops: list[str] | None = None
+        self.picked_because = ""  # set by `auto`
 
-    def context(self) -> ContextManager:
-        return torch.backends.cudnn.flags(enabled=self.enabled, benchmark=self.cudnn_benchmark)
+    def uses_rnn_kernel(self, model: ModelConfig) -> bool:
+        return model.form == "module"  # nn.LSTM/GRU; cell loops never call an RNN kernel
+
+    def check_library(self) -> None:
+        """The build has the library, the device is a GPU and the library loaded."""
+        if self.device.type != "cuda":
+            self.refuse("runs on a GPU only; device is cpu", "device=cuda", "backend=aten")
+        if self.plat.cudnn_error:
+            self.refuse(f"cannot use {self.library}: {self.plat.cudnn_error}", "backend=aten")
+        if self.plat.cudnn_version is None:
+            self.refuse(f"needs {self.library}; this {self.plat.build} build has none",
+                        "backend=aten")
+
+    def flags_context(self) -> list[ContextManager]:
+        # allow_tf32 explicitly: cudnn.flags() defaults to allow_tf32=True. Never mixed with
+        # torch.backends.cudnn.rnn.fp32_precision (set alone, it makes cudnn.flags() raise).
+        return [torch.backends.cudnn.flags(enabled=self.enabled, allow_tf32=self.allow_tf32),
+                self.scripted.context()]
+
+    def prepare(self, workload: Workload) -> Workload:
+        if not self.scripted.optimise(workload, self.device):
+            super().prepare(workload)  # one untimed call: first-use costs off the clock
+        if has_rnn_module(workload):
+            self.rnn_ops = rnn_ops(workload)
+            if self.kernel and self.kernel not in self.rnn_ops:
+                ran = ", ".join(self.rnn_ops) or "no RNN kernel"
+                self.refuse(f"asked for {self.library} but PyTorch ran {ran} instead of "
+                            f"{self.kernel} (its native fallback)", "backend=aten")
+        return workload
+
+    def finish(self, workload: Workload) -> None:
+        if self.scripted.optimize_s is not None:
+            self.scripted.summarise(workload)
+
+    def tf32_effective(self) -> bool:
+        cap = self.plat.capability(self.device.index) if self.device.type == "cuda" else None
+        return bool(self.allow_tf32 and self.enabled and self.dtype == torch.float32
+                    and not self.plat.hip_version and cap is not None and cap >= (8, 0))
 
     def info(self) -> dict:
-        info = {"name": self.name, "vendor_library": self.enabled,
-                "cudnn_benchmark": self.cudnn_benchmark}
-        if self.optimize_s is not None:  # a scripted loop model: its untimed warm-up
-            info.update(optimize_s=self.optimize_s, warm_runs=self.WARM_RUNS)
+        info = {**super().info(), "vendor_library": self.enabled,
+                # TF32 as set for cuDNN, and whether it could change float32 RNN math here.
+                "allow_tf32": self.allow_tf32, "tf32_effective": self.tf32_effective(),
+                # The RNN kernels an nn.LSTM/GRU forward dispatched (None: no RNN module).
+                "rnn_ops": self.rnn_ops}
+        if self.picked_because:
+            info["auto"] = self.picked_because
+        if self.scripted.optimize_s is not None:  # a scripted loop model: flags, graph, runs
+            info.update(self.scripted.info())
         return info
 
 
 class Cudnn(VendorLibrary):
     name = "cudnn"
+    library = "cuDNN"
+    kernel = "aten::_cudnn_rnn"
 
     def check(self, model_name, model) -> None:
         plat = self.plat
         if plat.hip_version:
-            self.refuse(f"needs a CUDA build of PyTorch; this build is {plat.build} "
-                        "— use backend=miopen")
+            self.refuse(f"needs a CUDA build of PyTorch; this build is {plat.build}",
+                        "backend=miopen")
         if not plat.cuda_version:
-            self.refuse(f"needs a CUDA build of PyTorch; this build is {plat.build} "
-                        "— use backend=aten")
-        if self.device.type != "cuda":
-            self.refuse("runs on a GPU only; device is cpu — use device=cuda or backend=aten")
+            self.refuse(f"needs a CUDA build of PyTorch; this build is {plat.build}",
+                        "backend=aten")
+        self.check_library()
+        if self.uses_rnn_kernel(model) and self.dtype == torch.bfloat16:
+            cap = plat.capability(self.device.index) or (0, 0)
+            if (plat.cudnn_version or 0) < CUDNN_BF16_RNN_VERSION or cap < (8, 0):
+                self.refuse(f"runs bfloat16 RNNs only with cuDNN >= 9.13 on SM >= 8.0 (here "
+                            f"cuDNN {plat.cudnn_version}, SM {cap[0]}.{cap[1]}); PyTorch would "
+                            "run its native kernels", "dtype=float16", "backend=aten")
 
     def info(self) -> dict:
-        return {**super().info(), "cuda": self.plat.cuda_version,
+        info = {**super().info(), "cuda": self.plat.cuda_version,
                 "cudnn": self.plat.cudnn_version}
+        if self.rnn_ops is not None:
+            # nn.RNNBase.flatten_parameters() skips dtypes outside
+            # torch.backends.cudnn.CUDNN_TENSOR_DTYPES (bfloat16): _cudnn_rnn then copies
+            # the weights into one buffer inside every forward, and that copy is timed.
+            info["weights_repacked_per_call"] = (self.dtype not in
+                                                 torch.backends.cudnn.CUDNN_TENSOR_DTYPES)
+        return info
 
 
 class Miopen(VendorLibrary):
     name = "miopen"
+    library = "MIOpen"
+    kernel = "aten::miopen_rnn"
 
     def check(self, model_name, model) -> None:
         plat = self.plat
         if not plat.hip_version:
             alt = "cudnn" if plat.cuda_version and self.device.type == "cuda" else "aten"
-            self.refuse(f"needs a ROCm build of PyTorch; this build is {plat.build} "
-                        f"— use backend={alt}")
-        if self.device.type != "cuda":
-            self.refuse("runs on a GPU only; device is cpu — use device=cuda or backend=aten")
+            self.refuse(f"needs a ROCm build of PyTorch; this build is {plat.build}",
+                        f"backend={alt}")
+        self.check_library()
+        if self.allow_tf32:  # reachable only through auto (miopen's schema has no such key)
+            self.refuse("has no TF32 option (backend.allow_tf32 is for cuDNN)",
+                        "backend.allow_tf32=false")
+        if self.uses_rnn_kernel(model) and self.dtype == torch.bfloat16:
+            self.refuse("runs RNNs in float32 and float16 only; with bfloat16 PyTorch would "
+                        "run its native kernels", "dtype=float16", "backend=aten")
 
     def info(self) -> dict:
         return {**super().info(), "hip": self.plat.hip_version,
@@ -72,14 +183,27 @@ class Aten(VendorLibrary):
     name = "aten"
     enabled = False
 
+    def check(self, model_name, model) -> None:
+        if self.allow_tf32:  # reachable only through auto (aten's schema has no such key)
+            self.refuse("has no TF32 option (backend.allow_tf32 is for cuDNN; here auto "
+                        f"picked aten{': ' + self.picked_because if self.picked_because else ''})",
+                        "backend.allow_tf32=false")
+
     def info(self) -> dict:
         return {**super().info(), "onednn_available": self.plat.has_mkldnn}
 
 
 def auto(plat: Platform, device: torch.device, **options) -> Backend:
-    """cudnn on an NVIDIA GPU, miopen on an AMD GPU, aten on the CPU."""
-    if device.type == "cuda":
-        cls = Miopen if plat.hip_version else Cudnn
+    """cudnn on an NVIDIA GPU, miopen on an AMD GPU, aten on the CPU — and aten where the
+    vendor library failed to load (the reason is recorded in `backend.auto`)."""
+    why = ""
+    if device.type != "cuda":
+        cls: type[VendorLibrary] = Aten
+    elif plat.cudnn_error:
+        cls, why = Aten, f"{'MIOpen' if plat.hip_version else 'cuDNN'} unusable: " \
+                         f"{plat.cudnn_error}"
     else:
-        cls = Aten
-    return cls(plat, device, **options)
+        cls = Miopen if plat.hip_version else Cudnn
+    backend = cls(plat, device, **options)
+    backend.picked_because = why
+    return backend

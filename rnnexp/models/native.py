@@ -29,21 +29,26 @@ from rnnexp.workload import (
 
 
 @contextlib.contextmanager
-def eval_mode(module: nn.Module) -> Iterator[None]:
-    """Dropout off for the duration (verification), training mode restored afterwards."""
-    was_training = module.training
-    module.eval()
+def dropout_off(module: nn.RNNBase) -> Iterator[None]:
+    """Dropout p=0 for the duration (verification), still in training mode; p restored after.
+
+    Not eval mode: verification runs a backward, and cuDNN's and MIOpen's RNN backward refuse
+    a forward made in eval mode ("cudnn RNN backward can only be called in training mode",
+    aten/src/ATen/native/cudnn/RNN.cpp; likewise miopen/RNN_miopen.cpp). nn.RNNBase reads
+    `self.dropout` at every forward, so p=0 in training mode is a deterministic forward."""
+    p = module.dropout
+    module.dropout = 0.0
     try:
         yield
     finally:
-        module.train(was_training)
+        module.dropout = p
 
 
-def with_dropout_off_for_verification(workload: Workload, module: nn.Module,
+def with_dropout_off_for_verification(workload: Workload, module: nn.RNNBase,
                                       dropout: float) -> Workload:
-    workload.verify_context = lambda: eval_mode(module)
-    workload.verify_note = (f"verified with dropout off (eval mode); timed with dropout "
-                            f"p={dropout} between layers (training mode)")
+    workload.verify_context = lambda: dropout_off(module)
+    workload.verify_note = (f"verified with dropout off (p=0, training mode); timed with dropout "
+                            f"p={dropout} between layers")
     return workload
 
 

@@ -1,0 +1,67 @@
+"""What a backend does with a TorchScripted loop model: pin the jit flags, let the executor
+profile and optimise before verification and timing, and record the flags and the graph.
+
+Used by `jit`/`te` and by the vendor backends (`aten`/`cudnn`/`miopen`/`auto` also script
+`form: loop` models, as fastrnns does). Under the vendor backends the flags are pinned to the
+profiling executor with fusion off: TorchScript's defaults fuse with NNC on a GPU but not on
+the CPU, so `jit_premul` under `cudnn` would otherwise be a fused graph on CUDA and an unfused
+one on the CPU, with nothing saying so. Fusion is what `backend=te` is for.
+"""
+
+from __future__ import annotations
+
+from typing import ContextManager
+
+import torch
+
+from rnnexp.backends import jitflags
+from rnnexp.backends.base import untimed_runs
+from rnnexp.backends.jitflags import JitFlags
+from rnnexp.workload import Workload
+
+# Unfused profiling executor: what a scripted loop runs under a vendor backend, any device.
+UNFUSED = JitFlags(profiling_executor=True, optimize=True, texpr_fuser=False, fuse_on_cpu=False,
+                   fuse_on_gpu=False, fuse_on_cpu_legacy=False)
+
+
+def scripted_module(workload: Workload) -> torch.jit.ScriptModule | None:
+    return next((m for m in workload.modules if isinstance(m, torch.jit.ScriptModule)), None)
+
+
+class ScriptedRun:
+    """The TorchScript part of a job: flags in force, untimed optimisation runs, record."""
+
+    # The profiling executor profiles the first run(s) and then optimises; left to the timed
+    # loop (or a one-iteration warmup), that compilation would be timed.
+    RUNS = 3
+
+    def __init__(self, flags: JitFlags):
+        self.flags = flags
+        self.optimize_s: float | None = None
+        self.graph: dict | None = None
+        self.flags_seen: JitFlags | None = None
+
+    def context(self) -> ContextManager:
+        return jitflags.in_force(self.flags)
+
+    def optimise(self, workload: Workload, device: torch.device) -> bool:
+        """Run a scripted model RUNS times off the clock; False if nothing is scripted."""
+        if scripted_module(workload) is None:
+            return False
+        self.optimize_s = untimed_runs(workload, device, self.RUNS)
+        self.summarise(workload)
+        return True
+
+    def summarise(self, workload: Workload) -> dict | None:
+        """Flags read back from torch and the optimised graph the module runs."""
+        self.flags_seen = jitflags.read()
+        module = scripted_module(workload)
+        if module is not None:
+            with torch.enable_grad():
+                self.graph = jitflags.graph_summary(module, workload.inputs)
+        return self.graph
+
+    def info(self) -> dict:
+        return {"flags": (self.flags_seen or self.flags).as_dict(), "graph": self.graph,
+                # The untimed runs in which the executor profiled and optimised.
+                "optimize_s": self.optimize_s, "warm_runs": self.RUNS}

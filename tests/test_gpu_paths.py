@@ -1,0 +1,391 @@
+"""Issue 13: GPU paths read against PyTorch's source, checked here on simulated platforms,
+patched torch queries or the CPU analogue; the `gpu`-marked tests at the end confirm each
+point on real hardware (`make test-gpu`, README "On a GPU")."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from rnnexp import config_check, job, platform
+from rnnexp.backends import jitflags
+from rnnexp.backends.scripting import UNFUSED
+from rnnexp.backends.torchscript import TensorExpr
+from rnnexp.backends.vendor import Aten, Cudnn, Miopen
+from rnnexp.errors import RnnexpError, UnsupportedError
+from rnnexp.models import native
+from rnnexp.schema import ShapeConfig
+from rnnexp.timing import CudaEventClock, measure
+from rnnexp.verify import verify
+from rnnexp.workload import WorkloadSpec
+from tests.conftest import TINY, gpu
+from tests.test_backends import CUDA_GPU, ROCM_GPU, plan, refusal
+
+AMPERE = replace(CUDA_GPU, gpu_names=("NVIDIA A100",), gpu_capabilities=((8, 0),),
+                 cudnn_version=91300)
+VOLTA = replace(CUDA_GPU, gpu_names=("Tesla V100",), gpu_capabilities=((7, 0),))
+# Two GPUs: the chosen one, not GPU 0, decides.
+MIXED = replace(CUDA_GPU, gpu_count=2, gpu_names=("Tesla V100", "NVIDIA A100"),
+                gpu_capabilities=((7, 0), (8, 0)), cudnn_version=91300)
+CUDNN_BROKEN = replace(CUDA_GPU, cudnn_version=None, cudnn_error=(
+    "cuDNN version 91100 is not compatible with devices with SM < 7.5. Please install a "
+    "version of PyTorch with a compatible cuDNN version."))
+CUDA = torch.device("cuda", 0)
+SMALL = ShapeConfig(seq_len=3, num_layers=2, input_size=4, hidden_size=4, batch_size=2)
+
+
+def cpu_workload(overrides):
+    p = plan([*overrides, *TINY])
+    return p, job.build_workload(p.cfg, p.spec)
+
+
+# --- 1. lstm_dropout is verified in training mode with p=0 ---------------------------------
+
+def test_dropout_model_is_verified_in_training_mode_with_dropout_zero():
+    spec = WorkloadSpec(shape=SMALL, device=torch.device("cpu"), dtype=torch.float32, seed=0)
+    workload = native.lstm(spec, dropout=0.4)
+    module = workload.modules[0]
+    with workload.verify_context():
+        # cuDNN/MIOpen refuse a backward after an eval-mode forward.
+        assert module.training and module.dropout == 0.0
+    assert module.training and module.dropout == 0.4
+    result = verify(workload, torch.float32, backward=True)
+    assert result.status == "passed" and "training mode" in result.detail
+
+
+# --- 2. torch.backends.cudnn.version() may raise -------------------------------------------
+
+def test_a_raising_cudnn_version_is_recorded_not_fatal(monkeypatch):
+    def version():
+        raise RuntimeError("cuDNN version incompatibility: PyTorch was compiled  against "
+                           "(9, 10, 2) but found runtime version (9, 1, 0).\nmore")
+
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.cudnn, "version", version)
+    platform.current.cache_clear()
+    try:
+        plat = platform.current()
+    finally:
+        platform.current.cache_clear()
+    assert plat.cudnn_version is None
+    assert plat.cudnn_error.startswith("cuDNN version incompatibility")
+    assert "\n" not in plat.cudnn_error
+    assert plan(["model=lstm", "backend=aten", "device=cpu"], plat)  # CPU jobs still run
+
+
+@pytest.mark.parametrize("backend", ["cudnn", "miopen"])
+def test_vendor_backends_refuse_with_the_library_error(backend):
+    plat = CUDNN_BROKEN if backend == "cudnn" else replace(
+        ROCM_GPU, cudnn_version=None, cudnn_error="cuDNN version incompatibility: ...")
+    library = "cuDNN" if backend == "cudnn" else "MIOpen"
+    assert refusal([f"backend={backend}", "device=cuda"], plat) == (
+        f"backend={backend} cannot use {library}: {plat.cudnn_error} — use backend=aten")
+
+
+def test_auto_falls_back_to_aten_and_says_why_when_cudnn_cannot_load():
+    backend = plan(["backend=auto", "device=cuda"], CUDNN_BROKEN).backend
+    assert isinstance(backend, Aten)
+    assert backend.info()["auto"] == f"cuDNN unusable: {CUDNN_BROKEN.cudnn_error}"
+
+
+# --- 3. vendor backends time the vendor kernel or refuse -----------------------------------
+
+def test_miopen_refuses_bfloat16_rnns_but_not_cell_loops():
+    assert refusal(["backend=miopen", "device=cuda", "model=lstm", "dtype=bfloat16"],
+                   ROCM_GPU) == (
+        "backend=miopen runs RNNs in float32 and float16 only; with bfloat16 PyTorch would run "
+        "its native kernels — use dtype=float16 or backend=aten")
+    assert plan(["backend=miopen", "device=cuda", "model=jit", "dtype=bfloat16"], ROCM_GPU)
+
+
+def test_cudnn_bfloat16_rnns_need_cudnn_9_13_and_sm80():
+    msg = refusal(["backend=cudnn", "device=cuda", "model=gru", "dtype=bfloat16"], CUDA_GPU)
+    assert msg.startswith("backend=cudnn runs bfloat16 RNNs only with cuDNN >= 9.13 on SM >= "
+                          "8.0 (here cuDNN 91000")
+    p = plan(["backend=cudnn", "device=cuda", "model=gru", "dtype=bfloat16"], AMPERE)
+    assert isinstance(p.backend, Cudnn)
+
+
+@pytest.mark.parametrize("cls, plat, kernel", [(Cudnn, CUDA_GPU, "aten::_cudnn_rnn"),
+                                               (Miopen, ROCM_GPU, "aten::miopen_rnn")])
+def test_vendor_backend_refuses_when_its_kernel_did_not_run(cls, plat, kernel):
+    # The CPU analogue of a native fallback: nn.LSTM here runs PyTorch's CPU kernels.
+    _, workload = cpu_workload(["model=lstm", "backend=aten"])
+    backend = cls(plat, torch.device("cpu"))
+    with pytest.raises(UnsupportedError) as err:
+        backend.prepare(workload)
+    msg = str(err.value)
+    assert msg.startswith(f"backend={cls.name} asked for {cls.library} but PyTorch ran ")
+    assert msg.endswith(f"instead of {kernel} (its native fallback) — use backend=aten")
+
+
+def test_aten_records_the_rnn_kernels_that_ran():
+    result = job.execute(plan(["backend=aten", "model=lstm", *TINY]))
+    ops = result.backend.details["rnn_ops"]
+    assert ops and not {"aten::_cudnn_rnn", "aten::miopen_rnn"} & set(ops)
+
+
+# --- 4. TF32 is an explicit cuDNN option, off by default, recorded --------------------------
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_cudnn_sets_tf32_explicitly(allow):
+    backend = Cudnn(AMPERE, CUDA, allow_tf32=allow)
+    with backend.flags_context()[0]:  # cudnn.flags() alone would default to True
+        assert torch.backends.cudnn.allow_tf32 is allow
+    info = backend.info()
+    assert info["allow_tf32"] is allow and info["tf32_effective"] is allow
+
+
+def test_tf32_takes_effect_only_for_float32_on_sm80():
+    assert not Cudnn(VOLTA, CUDA, allow_tf32=True).info()["tf32_effective"]
+    assert not Cudnn(AMPERE, CUDA, allow_tf32=True, dtype=torch.float16).info()["tf32_effective"]
+
+
+@pytest.mark.parametrize("backend", ["aten", "miopen", "jit", "te", "inductor"])
+def test_tf32_is_refused_at_composition_by_backends_without_it(backend):
+    with pytest.raises(RnnexpError, match="backend.allow_tf32"):
+        config_check.check([f"backend={backend}", "backend.allow_tf32=true"], multirun=False)
+
+
+def test_auto_refuses_tf32_where_it_picks_another_library():
+    assert refusal(["backend=auto", "device=cuda", "backend.allow_tf32=true"], ROCM_GPU) == (
+        "backend=miopen has no TF32 option (backend.allow_tf32 is for cuDNN) — use "
+        "backend.allow_tf32=false")
+
+
+# --- 6. bfloat16 on the chosen GPU; the chosen GPU is the current one ----------------------
+
+def test_bfloat16_is_refused_on_a_gpu_below_sm80():
+    assert refusal(["backend=aten", "device=cuda", "dtype=bfloat16"], VOLTA) == (
+        "dtype=bfloat16: Tesla V100 (SM 7.0) has no native bfloat16 (needs SM >= 8.0) — use "
+        "dtype=float16 or float32")
+
+
+def test_bfloat16_asks_about_the_chosen_gpu_not_gpu0():
+    assert plan(["backend=aten", "device=cuda", "device.index=1", "dtype=bfloat16"], MIXED)
+    assert "Tesla V100" in refusal(["backend=aten", "device=cuda", "dtype=bfloat16"], MIXED)
+
+
+def test_the_chosen_gpu_is_current_while_the_job_runs(monkeypatch):
+    entered = []
+
+    class Device:  # torch.cuda.device records what would be made current
+        def __init__(self, device):
+            self.device = device
+
+        def __enter__(self):
+            entered.append(self.device)
+
+        def __exit__(self, *exc):
+            entered.append("restored")
+
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    with Aten(MIXED, torch.device("cuda", 1)).context():
+        assert entered == [torch.device("cuda", 1)]
+    assert entered[-1] == "restored"
+
+
+# --- 7. scripted loops run under pinned jit flags; te refuses an unfused graph -------------
+
+@pytest.mark.parametrize("backend", ["aten", "auto"])
+def test_vendor_backends_pin_unfused_jit_flags(backend):
+    p = plan([f"backend={backend}", "model=jit_premul", *TINY])
+    with p.backend.context():
+        assert jitflags.read() == UNFUSED  # TorchScript's default fuses on a GPU
+
+
+def test_te_refuses_a_graph_without_tensorexpr_groups():
+    class NoFusionHere(TensorExpr):  # what NNC does on a GPU when it declines (bf16, ROCm)
+        def flags(self):
+            return replace(super().flags(), fuse_on_cpu=False)
+
+    _, workload = cpu_workload(["model=jit", "backend=jit"])
+    te = NoFusionHere(CUDA_GPU, torch.device("cpu"))
+    with te.context(), pytest.raises(UnsupportedError) as err:
+        te.prepare(workload)
+    assert str(err.value) == (
+        "backend=te formed no TensorExpr fusion group for this model on cpu with "
+        "dtype=float32; its graph would run unfused — use backend=jit")
+
+
+# --- 8. first-call costs -------------------------------------------------------------------
+
+def test_every_model_gets_an_untimed_first_call_in_prepare():
+    p, workload = cpu_workload(["model=lstm", "backend=aten"])
+    calls = []
+    forward = workload.forward
+    workload.forward = lambda *a: calls.append(1) or forward(*a)
+    p.backend.prepare(workload)  # not scripted: before, prepare ran nothing
+    assert len(calls) >= 1 and p.backend.info()["first_call_s"] > 0
+
+
+def test_warm_up_synchronises_the_gpu_before_reading_the_clock(monkeypatch):
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    _, workload = cpu_workload(["model=jit", "backend=aten"])
+    backend = Aten(CUDA_GPU, CUDA)
+    backend.prepare(workload)
+    assert synced == [CUDA] and backend.info()["optimize_s"] > 0
+
+
+class Steps:
+    def __init__(self, log, backward=True):
+        self.log = log
+        self.has_backward = backward
+        self.backward_setup = (lambda out: ()) if backward else None
+        self.backward = (lambda: log.append("backward")) if backward else None
+
+    def run_forward(self):
+        self.log.append(("forward", torch.is_grad_enabled()))
+
+    def zero_grad(self):
+        pass
+
+
+@pytest.mark.parametrize("has_backward, backward, grad", [
+    (False, True, False), (True, False, False), (True, True, True)])
+def test_forward_only_runs_are_timed_without_autograd(has_backward, backward, grad):
+    log = []
+    measure(Steps(log, has_backward), warmup=1, iters=3, clock=_HostClock(), backward=backward)
+    assert {g for what, g in (e for e in log if e != "backward")} == {grad}
+
+
+class _HostClock:
+    name = "host"
+
+    def mark(self):
+        return 0.0
+
+    def sync(self):
+        pass
+
+    def elapsed_ms(self, start, end):
+        return 1.0
+
+
+def test_cuda_events_are_created_before_the_timed_region(monkeypatch):
+    log = []
+
+    class Event:  # torch.cuda.Event: log creation and recording
+        def __init__(self, enable_timing=False):
+            log.append("create")
+
+        def record(self, stream=None):
+            log.append("record")
+
+        def elapsed_time(self, other):
+            return 1.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    measure(Steps(log), warmup=1, iters=2, clock=CudaEventClock(CUDA))
+    inside = False  # between a start and an end record
+    for entry in log:
+        if entry == "record":
+            inside = not inside
+        assert not (inside and entry == "create"), log
+    assert log.count("record") == 12 and log.count("create") == 12
+
+
+# --- on a GPU: `make test-gpu` -------------------------------------------------------------
+
+nvidia = pytest.mark.skipif(bool(torch.version.hip), reason="needs an NVIDIA GPU")
+amd = pytest.mark.skipif(not torch.version.hip, reason="needs an AMD GPU (ROCm build)")
+GPU_RUN = ["device=cuda", *TINY]
+
+
+def _run(*overrides):
+    return job.execute(plan([*overrides, *GPU_RUN]))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_1_lstm_dropout_verifies_under_the_vendor_library():
+    result = _run("model=lstm_dropout", "backend=auto", "shape.num_layers=2")
+    assert result.status == "ok" and result.verification.status == "passed"
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_2_platform_reads_the_library_or_its_error():
+    plat = platform.current()
+    assert plat.cudnn_version or plat.cudnn_error
+    assert len(plat.gpu_capabilities) == plat.gpu_count
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("model", ["lstm", "gru", "vl_lstm", "lstm_layernorm"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_gpu_3_the_vendor_kernel_ran(model, dtype):
+    result = _run(f"model={model}", "backend=auto", f"dtype={dtype}")
+    kernel = "aten::miopen_rnn" if torch.version.hip else "aten::_cudnn_rnn"
+    assert result.status == "ok" and kernel in result.backend.details["rnn_ops"]
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_3_bfloat16_runs_the_vendor_kernel_or_is_refused():
+    try:
+        result = _run("model=lstm", "backend=auto", "dtype=bfloat16")
+    except UnsupportedError as err:
+        assert "bfloat16" in str(err) and "native kernels" in str(err)
+        return
+    assert "aten::_cudnn_rnn" in result.backend.details["rnn_ops"]
+    assert result.backend.details["weights_repacked_per_call"] is True
+
+
+@pytest.mark.gpu
+@gpu
+@nvidia
+def test_gpu_4_tf32_is_off_unless_asked_and_recorded():
+    off = _run("model=lstm", "backend=cudnn")
+    assert off.backend.details["allow_tf32"] is False and off.verification.status == "passed"
+    on = _run("model=lstm", "backend=cudnn", "backend.allow_tf32=true")
+    major = torch.cuda.get_device_capability(0)[0]
+    assert on.backend.details["tf32_effective"] is (major >= 8)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_6_the_last_gpu_is_current_and_decides_bfloat16():
+    last = torch.cuda.device_count() - 1
+    p = plan(["model=lstm", "backend=aten", f"device.index={last}", *GPU_RUN])
+    with p.backend.context():
+        assert torch.cuda.current_device() == last
+    ok = torch.cuda.get_device_capability(last) >= (8, 0) or bool(torch.version.hip)
+    try:
+        plan(["model=lstm", "backend=aten", f"device.index={last}", "dtype=bfloat16",
+              *GPU_RUN])
+        assert ok
+    except UnsupportedError:
+        assert not ok
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_7_scripted_loops_are_unfused_under_vendor_backends():
+    result = _run("model=jit_premul", "backend=auto")
+    assert result.status == "ok" and result.backend.details["graph"]["fused"] is False
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_7_te_fuses_or_refuses():
+    for dtype in ("float32", "bfloat16"):
+        try:
+            result = _run("model=jit_premul", "backend=te", f"dtype={dtype}")
+        except UnsupportedError as err:
+            assert "formed no TensorExpr fusion group" in str(err)
+            continue
+        assert result.backend.details["graph"]["tensorexpr_groups"] > 0
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("model", ["lstm", "lstm_layernorm", "jit"])
+def test_gpu_8_no_warmup_no_verify_still_keeps_first_use_off_the_clock(model):
+    result = _run(f"model={model}", "backend=auto", "bench.warmup=0", "bench.verify=false")
+    assert result.status == "ok"
+    assert result.backend.details["first_call_s"] or result.backend.details["optimize_s"]
