@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rnnexp import job
 from rnnexp.config_check import group_options
 from rnnexp.errors import ConfigError, RnnexpError, UnsupportedError
+from rnnexp.models.cells import GRUCell, LSTMCell
+from rnnexp.models.work import GRU_POINTWISE, LAYERNORM_PER_ELEM, LSTM_POINTWISE, lstm_work
 from rnnexp.platform import Platform
 from rnnexp.schema import validate
 from rnnexp.verify import verify
@@ -191,3 +194,43 @@ def test_unknown_cell_is_one_line():
     with pytest.raises(RnnexpError) as err:
         build("jit", "model.build.cell=nope")
     assert str(err.value).startswith("model.build.cell: 'nope' is not a known cell")
+
+
+class ElementCounter(TorchDispatchMode):
+    """Counts, per aten op, the elements it writes (pointwise ops) or normalises
+    (native_layer_norm): an independent recount of what the work constants claim."""
+
+    def __init__(self):
+        super().__init__()
+        self.pointwise = 0
+        self.layer_norm = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten.native_layer_norm.default:
+            self.layer_norm += args[0].numel()
+        elif torch.Tag.pointwise in func.tags:
+            self.pointwise += out.numel()
+        return out
+
+
+@pytest.mark.parametrize("cell, constant", [(LSTMCell, LSTM_POINTWISE),
+                                            (GRUCell, GRU_POINTWISE)])
+def test_pointwise_flops_match_the_cells_ops(cell, constant):
+    """One step's pointwise elements per hidden unit (each op writing B·H or B·kH elements,
+    sigmoid/tanh counted as 1) is the constant the FLOP count uses."""
+    B, H, gates = 3, 5, 4 if cell is LSTMCell else 3
+    step = cell(*(torch.randn(s) for s in [(gates * H, 7), (gates * H, H), (gates * H,),
+                                          (gates * H,)]))
+    state = [torch.randn(B, H) for _ in range(2 if cell is LSTMCell else 1)]
+    with torch.no_grad(), ElementCounter() as counter:
+        step.step(torch.randn(B, 7), state)
+    assert counter.pointwise == constant * B * H
+
+
+def test_layernorm_tail_work_counts_every_layers_c_n():
+    p, workload = build("lstm_layernorm", "shape.num_layers=3")
+    with torch.no_grad(), ElementCounter() as counter:
+        workload.run_forward()
+    lstm_flops = lstm_work(p.cfg.shape, 4).flops_fwd
+    assert workload.work.flops_fwd - lstm_flops == LAYERNORM_PER_ELEM * counter.layer_norm
