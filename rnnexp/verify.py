@@ -1,33 +1,57 @@
 """Verification before timing: forward outputs and parameter gradients against a reference.
 
 The reference is the plain PyTorch module (nn.LSTM / nn.GRU / a formula) holding identical
-weights, run in float64 on the CPU, so it checks the backend's kernels as well as the
-formulation. Tolerances follow the dtype under test.
+weights. It runs twice on the CPU: in float64 (the truth) and in the job's dtype (how close
+that dtype can get). The rule is the one PyTorch's compiler benchmarks use
+(torch._dynamo.utils.same with fp64_ref): per output and per gradient, the model passes if
+
+    rms(model − float64) ≤ k · rms(low-precision reference − float64) + floor
+
+with k = 5 (dynamo: 2, or 3 in half precision and for small tensors; see MULTIPLE). Rounding
+error in a recurrence grows with sequence length and with the conditioning of the cell
+(LayerNorm), so a constant tolerance that fits shape=small fails at seq 100; measuring what
+the dtype itself achieves on the same inputs scales with both. The floor, one unit roundoff
+of the tensor's RMS (finfo(dtype).eps · rms(float64)), covers tensors the low-precision
+reference happens to get (almost) exactly. It is relative, not dynamo's absolute tol / 10:
+an absolute 1e-5 in float32 let a +1e-2 weight fault pass at the default shape (its RMS
+error, 7e-6, is 50× the reference's but below 1e-5). Models that approximate their reference
+by design (dynamic quantization) keep an absolute (atol, rtol) instead.
+
+Where the model is its reference formulation run the same way (nn.LSTM / nn.GRU on the CPU),
+both errors are equal and the rule passes by construction: there it checks structure only.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator, Optional
 
 import torch
 
+from rnnexp.models.inputs import REFERENCE_DTYPE
 from rnnexp.workload import Workload
 
-# (atol, rtol) per dtype under test, elementwise as in torch.testing.assert_close.
-TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float32: (1e-4, 1e-3),
-    torch.float16: (1e-2, 1e-2),
-    # bfloat16 keeps 8 bits of mantissa: weight gradients summed over seq × batch steps
-    # reach |Δ| ≈ 8e-2 on small elements (jit_gru at shape=small), hence atol 0.1.
-    torch.bfloat16: (1e-1, 5e-2),
-}
+# Dynamo's 2-3× is too tight for recurrences: the model's and the reference's rounding
+# errors are both amplified along the few unstable directions of the recurrence, so their
+# ratio scatters widely. Correct layer-norm LSTMs in float32 measured up to 2.9× (seeds 0-5,
+# 1-2 layers, seq 50, hidden 64; median 0.8×), other models up to 2.3×. The planted faults
+# the tests use measure 46× (one weight +1e-2, default shape, forward only) to 10⁶×.
+MULTIPLE = 5.0
 
 
 @dataclass
 class Verification:
     status: str  # passed | failed | skipped | unavailable
-    max_abs_error: Optional[float] = None
+    max_abs_error: Optional[float] = None  # largest |model − float64| over every tensor
+    # The deciding tensor (the failing one, or the one nearest its bound) and its numbers:
+    tensor: str = ""
+    error: Optional[float] = None  # rms(model − float64)
+    reference_error: Optional[float] = None  # rms(reference in the job's dtype − float64)
+    multiple: Optional[float] = None  # error / reference_error, as measured
+    allowed_multiple: Optional[float] = None  # k
+    floor: Optional[float] = None  # eps(dtype) · rms(float64)
+    # Absolute tolerances, for models verified that way (quantized) instead of by multiple.
     atol: Optional[float] = None
     rtol: Optional[float] = None
     detail: str = ""
@@ -49,57 +73,132 @@ def tensors(tree: Any) -> Iterator[torch.Tensor]:
             yield from tensors(item)
 
 
-def _compare(pairs: list[tuple[str, torch.Tensor, torch.Tensor]], atol: float, rtol: float
-             ) -> tuple[float, str]:
-    worst, failure = 0.0, ""
-    for name, actual, expected in pairs:
-        if actual.shape != expected.shape:
-            return float("inf"), f"{name}: shape {tuple(actual.shape)} ≠ {tuple(expected.shape)}"
-        a = actual.detach().to("cpu", torch.float64)
-        e = expected.detach().to("cpu", torch.float64)
-        err = (a - e).abs().max().item() if a.numel() else 0.0
-        worst = max(worst, err)
-        if not failure:
-            try:
-                torch.testing.assert_close(a, e, atol=atol, rtol=rtol)
-            except AssertionError as exc:
-                failure = f"{name}: " + str(exc).strip().splitlines()[0]
-    return worst, failure
+class Mismatch(Exception):
+    """The model's results do not line up with the reference's (count, shape, missing grad)."""
 
 
 def verify(workload: Workload, dtype: torch.dtype, *, backward: bool,
            tolerance: Optional[tuple[float, float]] = None) -> Verification:
+    """`tolerance` (atol, rtol), or the workload's own, replaces the measured rule."""
     if workload.reference is None:
         return Verification("unavailable", detail="this model has no reference")
-    atol, rtol = tolerance or workload.tolerance or TOLERANCES[dtype]
+    absolute = tolerance or workload.tolerance
     with workload.verify_context():
-        result = _verify(workload, atol, rtol, backward=backward)
+        try:
+            result = _verify(workload, dtype, absolute, backward=backward)
+        except Mismatch as err:
+            result = Verification("failed", float("inf"), detail=str(err))
     if workload.verify_note:
         result.detail = "; ".join(filter(None, [result.detail, workload.verify_note]))
     return result
 
 
-def _verify(workload: Workload, atol: float, rtol: float, *, backward: bool) -> Verification:
-    reference = workload.reference()  # type: ignore[misc]
-    out, ref_out = workload.run_forward(), reference.run_forward()
-    got, want = list(tensors(out)), list(tensors(ref_out))
-    if len(got) != len(want):
-        return Verification("failed", float("inf"), atol, rtol,
-                            f"{len(got)} outputs, reference has {len(want)}")
-    pairs = [(f"output[{i}]", g, w) for i, (g, w) in enumerate(zip(got, want, strict=True))]
-    if backward and workload.has_backward and reference.has_backward:
+def _verify(workload: Workload, dtype: torch.dtype, absolute: Optional[tuple[float, float]],
+            *, backward: bool) -> Verification:
+    # Every reference is built before the model runs: dynamic_eltwise's reference rebuilds
+    # the sample the model's next forward takes.
+    reference = workload.reference(REFERENCE_DTYPE)  # type: ignore[misc]
+    low = None if absolute else workload.reference(dtype)  # type: ignore[misc]
+    grads = backward and workload.has_backward and reference.has_backward
+    got = results(workload, grads)
+    want = _reference_results(reference, grads)
+    _check_alignment(got, want)
+    if absolute:
+        return _compare_absolute(got, want, *absolute)
+    return _compare_measured(got, want, _reference_results(low, grads), dtype)
+
+
+def _reference_results(reference: Workload, grads: bool) -> list[tuple[str, torch.Tensor]]:
+    if grads:
+        return results(reference, grads)
+    with torch.no_grad():  # no graph where no gradient is compared
+        return results(reference, grads)
+
+
+def results(workload: Workload, grads: bool) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) of every output and, with `grads`, every parameter's gradient after
+    the seeded backward; gradients are cleared again afterwards."""
+    out = workload.run_forward()
+    named = [(f"output[{i}]", t.detach()) for i, t in enumerate(tensors(out))]
+    if grads:
         workload.zero_grad()
-        reference.zero_grad()
         workload.backward(*workload.backward_setup(out))  # type: ignore[misc]
-        reference.backward(*reference.backward_setup(ref_out))  # type: ignore[misc]
-        if len(workload.params) != len(reference.params):
-            return Verification("failed", float("inf"), atol, rtol,
-                                f"{len(workload.params)} parameters, reference has "
-                                f"{len(reference.params)}")
-        for i, (p, r) in enumerate(zip(workload.params, reference.params, strict=True)):
-            if p.grad is None or r.grad is None:
-                return Verification("failed", float("inf"), atol, rtol, f"param[{i}] has no grad")
-            pairs.append((f"grad(param[{i}])", p.grad, r.grad))
+        for i, p in enumerate(workload.params):
+            if p.grad is None:
+                raise Mismatch(f"param[{i}] has no grad")
+            named.append((f"grad(param[{i}])", p.grad.detach().clone()))
         workload.zero_grad()
-    worst, failure = _compare(pairs, atol, rtol)
-    return Verification("failed" if failure else "passed", worst, atol, rtol, failure)
+    return named
+
+
+def _check_alignment(got: list[tuple[str, torch.Tensor]],
+                     want: list[tuple[str, torch.Tensor]]) -> None:
+    if [n for n, _ in got] != [n for n, _ in want]:
+        raise Mismatch(f"results {[n for n, _ in got]}, reference has {[n for n, _ in want]}")
+    for (name, a), (_, e) in zip(got, want, strict=True):
+        if a.shape != e.shape:
+            raise Mismatch(f"{name}: shape {tuple(a.shape)} ≠ {tuple(e.shape)}")
+
+
+def _f64(t: torch.Tensor) -> torch.Tensor:
+    return t.to("cpu", torch.float64)
+
+
+def rms_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Root-mean-square difference (dynamo's rmse); 0 for empty tensors, NaN stays NaN."""
+    if not actual.numel():
+        return 0.0
+    return (_f64(actual) - _f64(expected)).square().mean().sqrt().item()
+
+
+def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return (_f64(actual) - _f64(expected)).abs().max().item() if actual.numel() else 0.0
+
+
+def floor(dtype: torch.dtype, expected: torch.Tensor) -> float:
+    return torch.finfo(dtype).eps * rms_error(expected, torch.zeros_like(expected))
+
+
+def _compare_measured(got: list, want: list, low: list, dtype: torch.dtype) -> Verification:
+    """The measured rule for every tensor; the record names the one nearest (or past) its
+    bound, so a passing record shows the margin and a failing one the culprit."""
+    worst, worst_load, max_abs = None, -1.0, 0.0
+    for (name, a), (_, e), (_, r) in zip(got, want, low, strict=True):
+        err, ref_err = rms_error(a, e), rms_error(r, e)
+        k, base = MULTIPLE, floor(dtype, e)
+        load = _load(err, k * (0.0 if math.isnan(ref_err) else ref_err) + base)
+        max_abs = max(max_abs, max_abs_error(a, e))
+        if load > worst_load:
+            worst, worst_load = (name, err, ref_err, k, base), load
+    name, err, ref_err, k, base = worst  # type: ignore[misc]
+    failed = worst_load > 1.0
+    detail = (f"{name}: rms error {err:.3g} > {k:g} × {ref_err:.3g} (reference in "
+              f"{_short(dtype)}) + {base:.3g}" if failed else "")
+    return Verification("failed" if failed else "passed", max_abs, name, err, ref_err,
+                        err / ref_err if ref_err else None, k, base, detail=detail)
+
+
+def _load(err: float, bound: float) -> float:
+    """err / bound: above 1 fails; NaN error fails; 0 / 0 (exact zeros) passes."""
+    if math.isnan(err):
+        return math.inf
+    if bound == 0.0:
+        return 0.0 if err == 0.0 else math.inf
+    return err / bound
+
+
+def _compare_absolute(got: list, want: list, atol: float, rtol: float) -> Verification:
+    worst, failure = 0.0, ""
+    for (name, a), (_, e) in zip(got, want, strict=True):
+        worst = max(worst, max_abs_error(a, e))
+        if not failure:
+            try:
+                torch.testing.assert_close(_f64(a), _f64(e), atol=atol, rtol=rtol)
+            except AssertionError as exc:
+                failure = f"{name}: " + str(exc).strip().splitlines()[0]
+    return Verification("failed" if failure else "passed", worst, atol=atol, rtol=rtol,
+                        detail=failure)
+
+
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

@@ -51,9 +51,10 @@ class Workload:
     no_backward_reason: str = ""
     # The module(s) behind `forward`, for backends that compile or inspect them.
     modules: Sequence[torch.nn.Module] = field(default_factory=tuple)
-    # Builds the reference this workload is verified against (None: not verifiable).
-    reference: Optional[Callable[[], Workload]] = None
-    # (atol, rtol) overriding the dtype's tolerance, for models that approximate their
+    # Builds the reference this workload is verified against, in the dtype it is given
+    # (float64 by default; verify also builds one in the job's dtype). None: not verifiable.
+    reference: Optional[Callable[..., Workload]] = None
+    # (atol, rtol) replacing the measured tolerance, for models that approximate their
     # reference by design (dynamic quantization).
     tolerance: Optional[tuple[float, float]] = None
     # Entered around verification only, e.g. to switch dropout off so the comparison is

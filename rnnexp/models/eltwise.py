@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from rnnexp.errors import ConfigError
 from rnnexp.models.cells import lstm_tail
-from rnnexp.models.inputs import elem_bytes, reference_spec
+from rnnexp.models.inputs import REFERENCE_DTYPE, elem_bytes, reference_spec
 from rnnexp.models.loops import script
 from rnnexp.models.work import eltwise_work
 from rnnexp.workload import Work, Workload, WorkloadSpec, seeded_grad_like
@@ -62,9 +62,11 @@ def both_outputs_backward(outputs: tuple, grads: tuple) -> None:
     torch.autograd.backward(outputs, grads)
 
 
-def reference(spec: WorkloadSpec, sample: int = 0, dynamic: bool = False) -> Workload:
-    """The plain formula in float64, on the same seeded draws as the model's inputs."""
-    leaves = eltwise_inputs(reference_spec(spec), sample, dynamic)
+def reference(spec: WorkloadSpec, sample: int = 0, dynamic: bool = False,
+              dtype: torch.dtype = REFERENCE_DTYPE) -> Workload:
+    """The plain formula in `dtype` (float64, or the job's), on the same seeded draws as the
+    model's inputs."""
+    leaves = eltwise_inputs(reference_spec(spec, dtype), sample, dynamic)
 
     def forward(input, hx, cx, b_ih, b_hh):
         gates = input + hx + b_ih + b_hh
@@ -74,7 +76,7 @@ def reference(spec: WorkloadSpec, sample: int = 0, dynamic: bool = False) -> Wor
 
     b, h = leaves[2].shape
     return Workload(inputs=tuple(leaves), params=leaves, forward=forward,
-                    work=eltwise_work(b, h, 8),
+                    work=eltwise_work(b, h, elem_bytes(leaves[0].dtype)),
                     backward_setup=both_outputs_backward_setup(spec.seed),
                     backward=both_outputs_backward)
 
@@ -89,7 +91,8 @@ def _workload(cls, spec: WorkloadSpec, inputs: List[Tensor], work: Work, **extra
     return cls(
         inputs=tuple(inputs), params=list(inputs), forward=module, work=work,
         backward_setup=both_outputs_backward_setup(spec.seed), backward=both_outputs_backward,
-        modules=(module,), reference=lambda: reference(spec), **extra)
+        modules=(module,), reference=lambda dtype=REFERENCE_DTYPE: reference(spec, dtype=dtype),
+        **extra)
 
 
 def rnn_eltwise(spec: WorkloadSpec) -> Workload:
@@ -127,5 +130,6 @@ def dynamic_eltwise(spec: WorkloadSpec, pool_size: int = POOL_SIZE) -> Workload:
     work = eltwise_work(mean_b, mean_bh / mean_b, elem_bytes(spec.dtype))
     workload = _workload(CyclingWorkload, spec, list(pool[0]), work, pool=pool)
     # The reference rebuilds the sample the next forward takes (verify builds it first).
-    workload.reference = lambda: reference(spec, workload.position, dynamic=True)
+    workload.reference = lambda dtype=REFERENCE_DTYPE: reference(spec, workload.position,
+                                                            dynamic=True, dtype=dtype)
     return workload

@@ -17,9 +17,10 @@ from rnnexp.workload import WorkloadSpec
 REFERENCE_DTYPE = torch.float64
 
 
-def reference_spec(spec: WorkloadSpec) -> WorkloadSpec:
-    """The spec of the reference: same sizes and seed, float64 on the CPU, never scripted."""
-    return replace(spec, device=torch.device("cpu"), dtype=REFERENCE_DTYPE, script=False,
+def reference_spec(spec: WorkloadSpec, dtype: torch.dtype = REFERENCE_DTYPE) -> WorkloadSpec:
+    """The spec of a reference: same sizes and seed, on the CPU, never scripted; float64, or
+    the job's dtype for the low-precision reference whose own error sets the tolerance."""
+    return replace(spec, device=torch.device("cpu"), dtype=dtype, script=False,
                    requires_grad=True)
 
 

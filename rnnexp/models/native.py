@@ -12,6 +12,7 @@ from torch.nn.utils import rnn as rnn_utils
 
 from rnnexp.models import references
 from rnnexp.models.inputs import (
+    REFERENCE_DTYPE,
     elem_bytes,
     module_inputs,
     native_rnn,
@@ -64,7 +65,7 @@ def native(spec: WorkloadSpec, kind: str, dropout: float = 0.0) -> Workload:
         backward_setup=first_output_backward_setup(spec.seed),
         backward=tensor_backward,
         modules=(module,),
-        reference=lambda: native(reference_spec(spec), kind),
+        reference=lambda dtype=REFERENCE_DTYPE: native(reference_spec(spec, dtype), kind),
     )
     if dropout > 0.0:
         with_dropout_off_for_verification(workload, module, dropout)
@@ -122,7 +123,8 @@ def lstm_layernorm(spec: WorkloadSpec) -> Workload:
         work=layernorm_tail_work(spec.shape, elem_bytes(spec.dtype)),
         no_backward_reason=NO_BACKWARD_LAYERNORM,
         modules=(module,),
-        reference=lambda: references.layernorm_tail(reference_spec(spec)),
+        reference=lambda dtype=REFERENCE_DTYPE: references.layernorm_tail(
+            reference_spec(spec, dtype)),
     )
 
 
@@ -151,5 +153,5 @@ def varlen_lstm(spec: WorkloadSpec) -> Workload:
         backward_setup=first_output_backward_setup(spec.seed),
         backward=tensor_backward,
         modules=(module,),
-        reference=lambda: varlen_lstm(reference_spec(spec)),
+        reference=lambda dtype=REFERENCE_DTYPE: varlen_lstm(reference_spec(spec, dtype)),
     )

@@ -1,9 +1,10 @@
 """Plain eager references for models whose math nn.LSTM / nn.GRU do not cover.
 
-Each builds, from the reference spec (float64 on the CPU, same seed), the same weights the
-model under test holds and runs a straightforward formulation of its math — explicit
-mean/variance LayerNorm, explicit LSTM gates — never the model's own modules or kernels.
-Parameters are listed in the model's `parameters()` order so gradients compare pairwise.
+Each builds, from a reference spec (on the CPU, same seed; float64, or the job's dtype for
+the low-precision reference) the same weights the model under test holds and runs a
+straightforward formulation of its math — explicit mean/variance LayerNorm, explicit LSTM
+gates — never the model's own modules or kernels. Parameters are listed in the model's
+`parameters()` order so gradients compare pairwise.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor
 
 from rnnexp.models.cells import LAYERNORM_EPS
-from rnnexp.models.inputs import detached_params, native_rnn, sequence_inputs
+from rnnexp.models.inputs import detached_params, elem_bytes, native_rnn, sequence_inputs
 from rnnexp.models.work import layernorm_lstm_work, layernorm_tail_work
 from rnnexp.workload import (
     Workload,
@@ -67,7 +68,7 @@ def layernorm_lstm(spec: WorkloadSpec) -> Workload:
 
     x, h0, c0 = sequence_inputs(spec)
     return Workload(inputs=(x, (h0, c0)), params=params, forward=forward,
-                    work=layernorm_lstm_work(spec.shape, 8),
+                    work=layernorm_lstm_work(spec.shape, elem_bytes(spec.dtype)),
                     backward_setup=first_output_backward_setup(spec.seed),
                     backward=tensor_backward)
 
@@ -87,4 +88,4 @@ def layernorm_tail(spec: WorkloadSpec) -> Workload:
 
     x, h0, c0 = sequence_inputs(spec)
     return Workload(inputs=(x, (h0, c0)), params=list(module.parameters()), forward=forward,
-                    work=layernorm_tail_work(spec.shape, 8))
+                    work=layernorm_tail_work(spec.shape, elem_bytes(spec.dtype)))

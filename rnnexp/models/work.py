@@ -19,8 +19,9 @@ from rnnexp.workload import Work
 # Pointwise FLOPs per hidden unit per step of one cell, after the gate GEMMs.
 # LSTM: 3 adds on 4H gates (12) + 3 sigmoid + 2 tanh (5) + c' = f*c + i*g (3) + h' = o*tanh (1).
 LSTM_POINTWISE = 21
-# GRU: 2 adds on 3H (6) + 2 sigmoid + 1 tanh (3) + r*h_n, i_n + (2) + h' = n + z*(h - n) (3).
-GRU_POINTWISE = 14
+# GRU: 2 bias adds on 3H (6) + i_r + h_r, i_z + h_z (2) + 2 sigmoid + 1 tanh (3)
+# + r*h_n, i_n + (2) + h' = n + z*(h - n) (3).
+GRU_POINTWISE = 16
 # LayerNorm per element: mean (1), centre (1), variance (2), scale by 1/σ (1), affine (2).
 LAYERNORM_PER_ELEM = 7
 # Layer-norm LSTM cell per hidden unit: LN over 4H twice and over H once, one add of the two
@@ -74,10 +75,10 @@ def layernorm_lstm_work(shape: ShapeConfig, elem_bytes: int, **kw) -> Work:
 
 def layernorm_tail_work(shape: ShapeConfig, elem_bytes: int) -> Work:
     """fastrnns' cudnn_layernorm lower bound: nn.LSTM plus seq_len × (LN over [B,4H] twice and
-    over [B,H] once). Bytes add the LN parameters and the [B,4H] LN input, read once."""
+    over c_n, [L,B,H], once). Bytes add the LN parameters and the [B,4H] LN input, read once."""
     base = lstm_work(shape, elem_bytes)
-    B, H, T = shape.batch_size, shape.hidden_size, shape.seq_len
-    ln_elems = T * B * (4 * H + 4 * H + H)
+    B, H, T, L = shape.batch_size, shape.hidden_size, shape.seq_len, shape.num_layers
+    ln_elems = T * B * (4 * H + 4 * H + L * H)
     extra_bytes = (2 * (4 * H + 4 * H + H) + B * 4 * H) * elem_bytes
     return Work(flops_fwd=base.flops_fwd + LAYERNORM_PER_ELEM * ln_elems, flops_bwd=0.0,
                 bytes_fwd=base.bytes_fwd + extra_bytes, bytes_bwd=0.0, tokens=base.tokens)
