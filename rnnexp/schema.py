@@ -183,18 +183,16 @@ class TorchScriptConfig(BackendConfig):
                               "set backend.executor=legacy, or backend.fuser=none")
 
 
-INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune")
+# torch.compile's modes; the functional form because two names hold a hyphen.
+InductorMode = Enum("InductorMode", {m: m for m in ("default", "reduce-overhead",
+                                                   "max-autotune")}, type=str)
 
 
 @dataclass
 class InductorConfig(BackendConfig):
     """backend=inductor: torch.compile mode."""
 
-    mode: str = "default"
-
-    def __post_init__(self) -> None:
-        if self.mode not in INDUCTOR_MODES:
-            raise ConfigError("mode", f"'{self.mode}' is not one of {', '.join(INDUCTOR_MODES)}")
+    mode: InductorMode = InductorMode["default"]
 
 
 # The project's MLflow store: a SQLite file at the project root, as an absolute URI (a

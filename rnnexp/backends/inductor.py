@@ -26,7 +26,7 @@ class Inductor(Backend):
 
     def __init__(self, plat: Platform, device: torch.device, mode: str = "default", **options):
         super().__init__(plat, device, **options)
-        self.mode = mode
+        self.mode = getattr(mode, "value", mode)  # an InductorMode from the schema
         self.compile_s: float | None = None
         self.dynamo: dict = {}
 
