@@ -56,6 +56,10 @@ def _from_dict(cls: type, data: Mapping[str, Any]):
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
 @dataclass
 class PhaseStats:
     """Statistics, rates and raw samples of one phase, or why it was not timed."""
@@ -200,8 +204,8 @@ class Result:
         platform = dict(data.get("platform") or {})
         if data.get("schema", 1) < 2:  # v1 kept the code version in platform.extra
             data.setdefault("git_commit", (platform.get("extra") or {}).get("git_commit", ""))
-        if "gpu_names" in platform:
-            platform["gpu_names"] = tuple(platform["gpu_names"])
+        # JSON has lists where Platform (frozen, hashable) holds tuples.
+        platform = {k: _tuples(v) for k, v in platform.items()}
         return _from_dict(cls, {
             **data,
             "backend": BackendInfo.from_json(data.get("backend") or {}),

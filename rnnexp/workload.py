@@ -96,3 +96,17 @@ def first_output_backward_setup(seed: int) -> Callable[[Any], tuple]:
 
 def tensor_backward(out: torch.Tensor, grad: torch.Tensor) -> None:
     out.backward(grad)
+
+
+def first_output_backward(seed: int) -> dict[str, Callable]:
+    """The Workload fields of a backward through the first output with a seeded gradient."""
+    return {"backward_setup": first_output_backward_setup(seed), "backward": tensor_backward}
+
+
+def module_workload(module: torch.nn.Module, inputs: tuple, work: Work, *,
+                    backward_seed: Optional[int] = None, **fields: Any) -> Workload:
+    """A workload that runs `module` as is, over its own parameters; with `backward_seed`,
+    the backward goes through its first output (else it is forward-only)."""
+    backward = first_output_backward(backward_seed) if backward_seed is not None else {}
+    return Workload(inputs=tuple(inputs), params=list(module.parameters()), forward=module,
+                    work=work, modules=(module,), **backward, **fields)

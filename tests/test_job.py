@@ -2,6 +2,7 @@
 
 from rnnexp import job
 from rnnexp.config_check import check
+from rnnexp.platform import Platform
 from rnnexp.results import Result
 
 
@@ -38,3 +39,10 @@ def test_results_of_schema_1_still_load(tmp_path):
     assert r.phases["forward"].median_ms == 1.0 and not r.phases["backward"].timed
     assert r.verification.max_abs_error == 1e-6 and r.work.tokens == 5
     assert r.platform.gpu_names == () and r.timing.clock == "perf_counter"
+
+
+def test_a_gpu_platform_round_trips(tmp_path):
+    plat = Platform(torch_version="2.13.0", cuda_version="12.8", gpu_count=2,
+                    gpu_names=("A100", "V100"), gpu_capabilities=((8, 0), (7, 0)))
+    r = Result(choices={}, overrides=[], config={}, status="ok", platform=plat)
+    assert Result.load(r.save(tmp_path)).platform == plat

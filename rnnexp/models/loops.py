@@ -42,12 +42,7 @@ from rnnexp.models.native import lstm as native_lstm
 from rnnexp.models.native import varlen_lstm as native_varlen_lstm
 from rnnexp.models.native import with_dropout_off_for_verification
 from rnnexp.models.work import gru_work, layernorm_lstm_work, lstm_work
-from rnnexp.workload import (
-    Workload,
-    WorkloadSpec,
-    first_output_backward_setup,
-    tensor_backward,
-)
+from rnnexp.workload import Workload, WorkloadSpec, module_workload
 
 
 class StackedLoop(nn.Module):
@@ -180,16 +175,9 @@ def cell_loop(spec: WorkloadSpec, cell: str = "lstm", dropout: float = 0.0,
         module = script(module)
     x, *state = sequence_inputs(spec, states=kind.states)
     reference = _reference(spec, kind, final_state_only)
-    workload = Workload(
-        inputs=(x, list(state)),
-        params=list(module.parameters()),
-        forward=module,
-        work=kind.work(spec.shape, elem_bytes(spec.dtype)),
-        backward_setup=first_output_backward_setup(spec.seed),
-        backward=tensor_backward,
-        modules=(module,),
-        reference=reference,
-    )
+    workload = module_workload(module, (x, list(state)),
+                               kind.work(spec.shape, elem_bytes(spec.dtype)),
+                               backward_seed=spec.seed, reference=reference)
     if dropout > 0.0:
         with_dropout_off_for_verification(workload, module, dropout)
     return workload
@@ -222,13 +210,8 @@ def varlen_loop(spec: WorkloadSpec, cell: str = "lstm") -> Workload:
     if spec.script:
         module = script(module)
     sequences, lengths, state = varlen_inputs(spec, states=kind.states)
-    return Workload(
-        inputs=(sequences, list(state)),
-        params=list(module.parameters()),
-        forward=module,
-        work=kind.work(spec.shape, elem_bytes(spec.dtype), tokens=int(lengths.sum())),
-        backward_setup=first_output_backward_setup(spec.seed),
-        backward=tensor_backward,
-        modules=(module,),
-        reference=lambda dtype=REFERENCE_DTYPE: native_varlen_lstm(reference_spec(spec, dtype)),
-    )
+    return module_workload(
+        module, (sequences, list(state)),
+        kind.work(spec.shape, elem_bytes(spec.dtype), tokens=int(lengths.sum())),
+        backward_seed=spec.seed,
+        reference=lambda dtype=REFERENCE_DTYPE: native_varlen_lstm(reference_spec(spec, dtype)))

@@ -21,12 +21,7 @@ from rnnexp.models.inputs import (
     varlen_inputs,
 )
 from rnnexp.models.work import gru_work, layernorm_tail_work, lstm_work
-from rnnexp.workload import (
-    Workload,
-    WorkloadSpec,
-    first_output_backward_setup,
-    tensor_backward,
-)
+from rnnexp.workload import Workload, WorkloadSpec, module_workload
 
 
 @contextlib.contextmanager
@@ -57,16 +52,9 @@ def native(spec: WorkloadSpec, kind: str, dropout: float = 0.0) -> Workload:
     """nn.LSTM or nn.GRU (`kind`), run as is."""
     module = native_rnn(spec, kind, dropout=dropout)
     work = (lstm_work if kind == "LSTM" else gru_work)(spec.shape, elem_bytes(spec.dtype))
-    workload = Workload(
-        inputs=module_inputs(spec, kind),
-        params=list(module.parameters()),
-        forward=module,
-        work=work,
-        backward_setup=first_output_backward_setup(spec.seed),
-        backward=tensor_backward,
-        modules=(module,),
-        reference=lambda dtype=REFERENCE_DTYPE: native(reference_spec(spec, dtype), kind),
-    )
+    workload = module_workload(
+        module, module_inputs(spec, kind), work, backward_seed=spec.seed,
+        reference=lambda dtype=REFERENCE_DTYPE: native(reference_spec(spec, dtype), kind))
     if dropout > 0.0:
         with_dropout_off_for_verification(workload, module, dropout)
     return workload
@@ -116,16 +104,11 @@ def lstm_layernorm(spec: WorkloadSpec) -> Workload:
     module = LSTMWithLayerNormCalls(native_rnn(spec, "LSTM"), spec.shape.batch_size, gen)
     module.requires_grad_(spec.requires_grad)
     x, h0, c0 = sequence_inputs(spec)
-    return Workload(
-        inputs=(x, (h0, c0)),
-        params=list(module.parameters()),
-        forward=module,
-        work=layernorm_tail_work(spec.shape, elem_bytes(spec.dtype)),
+    return module_workload(
+        module, (x, (h0, c0)), layernorm_tail_work(spec.shape, elem_bytes(spec.dtype)),
         no_backward_reason=NO_BACKWARD_LAYERNORM,
-        modules=(module,),
         reference=lambda dtype=REFERENCE_DTYPE: references.layernorm_tail(
-            reference_spec(spec, dtype)),
-    )
+            reference_spec(spec, dtype)))
 
 
 class PackedLSTM(nn.Module):
@@ -145,13 +128,8 @@ class PackedLSTM(nn.Module):
 def varlen_lstm(spec: WorkloadSpec) -> Workload:
     module = PackedLSTM(native_rnn(spec, "LSTM"))
     sequences, lengths, state = varlen_inputs(spec)
-    return Workload(
-        inputs=(sequences, state),
-        params=list(module.parameters()),
-        forward=module,
-        work=lstm_work(spec.shape, elem_bytes(spec.dtype), tokens=int(lengths.sum())),
-        backward_setup=first_output_backward_setup(spec.seed),
-        backward=tensor_backward,
-        modules=(module,),
-        reference=lambda dtype=REFERENCE_DTYPE: varlen_lstm(reference_spec(spec, dtype)),
-    )
+    return module_workload(
+        module, (sequences, state),
+        lstm_work(spec.shape, elem_bytes(spec.dtype), tokens=int(lengths.sum())),
+        backward_seed=spec.seed,
+        reference=lambda dtype=REFERENCE_DTYPE: varlen_lstm(reference_spec(spec, dtype)))

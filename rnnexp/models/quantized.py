@@ -17,7 +17,7 @@ from rnnexp.errors import ConfigError, UnsupportedError
 from rnnexp.models.inputs import REFERENCE_DTYPE, module_inputs, native_rnn, reference_spec
 from rnnexp.models.native import native
 from rnnexp.models.work import quantized_work
-from rnnexp.workload import Workload, WorkloadSpec
+from rnnexp.workload import Workload, WorkloadSpec, module_workload
 
 # (atol, rtol) against the float model in float64: absolute, not the measured rule of
 # verify.py, because quantization error is systematic, not rounding noise (a float32 reference
@@ -72,13 +72,8 @@ def dynamic_quantized(spec: WorkloadSpec, kind: str = "LSTM",
     float_spec = replace(spec, dtype=torch.float32, requires_grad=False)
     module = quantize(native_rnn(float_spec, kind), weight_dtype)
     work = quantized_work(spec.shape, kind, 1 if weight_dtype == "qint8" else 2)
-    return Workload(
-        inputs=module_inputs(float_spec, kind),
-        params=[],
-        forward=module,
-        work=work,
-        no_backward_reason=NO_BACKWARD,
-        modules=(module,),
+    # Packed weights are not parameters: module_workload's params list comes out empty.
+    return module_workload(
+        module, module_inputs(float_spec, kind), work, no_backward_reason=NO_BACKWARD,
         reference=lambda dtype=REFERENCE_DTYPE: native(reference_spec(spec, dtype), kind),
-        tolerance=TOLERANCES[weight_dtype],
-    )
+        tolerance=TOLERANCES[weight_dtype])

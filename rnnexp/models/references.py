@@ -17,12 +17,7 @@ from torch import Tensor
 from rnnexp.models.cells import LAYERNORM_EPS
 from rnnexp.models.inputs import detached_params, elem_bytes, native_rnn, sequence_inputs
 from rnnexp.models.work import layernorm_lstm_work, layernorm_tail_work
-from rnnexp.workload import (
-    Workload,
-    WorkloadSpec,
-    first_output_backward_setup,
-    tensor_backward,
-)
+from rnnexp.workload import Workload, WorkloadSpec, first_output_backward
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
@@ -69,8 +64,7 @@ def layernorm_lstm(spec: WorkloadSpec) -> Workload:
     x, h0, c0 = sequence_inputs(spec)
     return Workload(inputs=(x, (h0, c0)), params=params, forward=forward,
                     work=layernorm_lstm_work(spec.shape, elem_bytes(spec.dtype)),
-                    backward_setup=first_output_backward_setup(spec.seed),
-                    backward=tensor_backward)
+                    **first_output_backward(spec.seed))
 
 
 def layernorm_tail(spec: WorkloadSpec) -> Workload:
