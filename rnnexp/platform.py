@@ -1,4 +1,4 @@
-"""What this PyTorch build and machine offer, read once into plain data.
+"""What this PyTorch build, machine and checkout are, read once into plain data.
 
 Decisions (which device, which backend is possible) take a `Platform`, never torch itself,
 so tests can describe a CUDA or ROCm machine without having one.
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import platform as _pyplatform
 import socket
+import subprocess
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 
@@ -102,3 +104,21 @@ def current() -> Platform:
         has_mkldnn=torch.backends.mkldnn.is_available(),
         extra={"python": _pyplatform.python_version()},
     )
+
+
+# The code version a result was measured with: the project's checkout.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str:
+    """HEAD of the project's checkout (+"-dirty" with local changes), or "" outside git."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, text=True,
+                             capture_output=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=PROJECT_ROOT, text=True, capture_output=True, timeout=5
+                               ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f"{sha}-dirty" if dirty else sha

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from rnnexp import isolation, job, platform, version
+from rnnexp import isolation, job, platform
 from rnnexp.errors import JobCrashed, RnnexpError
 from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
 from rnnexp.schema import Config
@@ -17,7 +17,7 @@ def run(cfg: Config, choices: dict[str, str], overrides: list[str],
     """Raises RnnexpError (one line) when the job is refused before timing."""
     planned = job.plan(cfg, choices, overrides)
     result = isolation.execute(planned, progress=progress)
-    result.git_commit = version.git_commit()
+    result.git_commit = platform.git_commit()
     return result
 
 
@@ -34,4 +34,4 @@ def not_run(cfg: Config, choices: dict[str, str], overrides: list[str],
         status, reason = CRASHED, f"{type(err).__name__}: {err}"
     return Result(choices=dict(choices), overrides=list(overrides),
                   config=job.plain_config(cfg), status=status, reason=reason,
-                  platform=platform.current(), git_commit=version.git_commit())
+                  platform=platform.current(), git_commit=platform.git_commit())

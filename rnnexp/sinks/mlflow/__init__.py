@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from rnnexp import version
+from rnnexp import platform
 from rnnexp.errors import ConfigError
 from rnnexp.results import RESULTS_FILE, Result
 from rnnexp.sinks import Jobs, Sink, Sweep
@@ -50,7 +50,7 @@ class Mlflow(Sink):
             # Store and experiment exist before any job starts: parallel jobs on a fresh
             # SQLite file would race on its schema migration.
             with self.client() as (client, exp_id):
-                state["run_id"] = runs.open_parent(client, exp_id, sweep, version.git_commit())
+                state["run_id"] = runs.open_parent(client, exp_id, sweep, platform.git_commit())
         except Exception as err:
             store.warn_offline(self.uri, err, sweep.path)
             # Jobs then skip the store instead of each waiting on it and warning again.
