@@ -3,6 +3,7 @@ result handed to the sinks."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
-from rnnexp import config_check, runner, schema, sinks
+from rnnexp import config_check, placement, platform, preemption, runner, schema, sinks
 from rnnexp.errors import JobCrashed, RnnexpError
 from rnnexp.report import RichProgress, err_console, print_error
 from rnnexp.results import Result, label
@@ -39,14 +40,36 @@ def run_job(cfg: DictConfig) -> str:
     overrides = list(hc.overrides.task)
     output_dir = Path(hc.runtime.output_dir)
     sweep = sinks.Sweep.load(Path(hc.sweep.dir).resolve()) if multirun else None
+    if sweep is not None and hc.job.num in sweep.skip_jobs:
+        err_console.print(f"skipped: {label(choices)} was measured earlier in {sweep.dir} "
+                          "(resume=true)", highlight=False, markup=False)
+        return "skipped"
+    device_lock = contextlib.nullcontext()
     try:
         config = config_check.validated(overrides) or schema.validate(cfg)
         targets = sinks.build(OmegaConf.to_container(cfg.sinks, resolve=True))
+        if sweep is not None:  # parallel jobs divide the machine (one timing job per device)
+            cores, gpus = placement.visible_cores(), platform.current().gpu_count
+            launch = placement.launch_of(OmegaConf.to_container(hc.launcher, resolve=True),
+                                         sweep.jobs, cores)
+            config = placement.for_job(config, hc.job.num, launch, overrides, gpus, cores)
+            device_lock = placement.device_lock(config, launch, sweep.path, gpus)
     except RnnexpError as err:
         fail(str(err))
+    preemption.install()  # the scheduler's signals stop the measurement, not the recording
     try:
-        with RichProgress(label(choices, ("model", "backend", "shape"))) as progress:
-            result = runner.run(config, choices, overrides, progress)
+        try:
+            with device_lock, RichProgress(label(choices, ("model", "backend", "shape"))) \
+                    as progress:
+                result = runner.run(config, choices, overrides, progress, output_dir)
+        finally:
+            preemption.settle()
+    except preemption.Killed as err:
+        # Stopped by the scheduler: recorded KILLED with the reason; the sweep goes on.
+        err_console.print(f"[red]{escape(str(err))}[/]", highlight=False)
+        result = runner.not_run(config, choices, overrides, err)
+        publish(targets, result, output_dir, sweep)
+        return result.status
     except RnnexpError as err:
         if not multirun:
             fail(str(err))

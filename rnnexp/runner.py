@@ -3,6 +3,7 @@ when the backend asks for one (rnnexp.isolation) — and the records of jobs tha
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 from rnnexp import isolation, job, platform
@@ -13,9 +14,10 @@ from rnnexp.timing import Progress
 
 
 def run(cfg: Config, choices: dict[str, str], overrides: list[str],
-        progress: Optional[Progress] = None) -> Result:
+        progress: Optional[Progress] = None, output_dir: Optional[Path] = None) -> Result:
     """Raises RnnexpError (one line) when the job is refused before timing."""
     planned = job.plan(cfg, choices, overrides)
+    planned.output_dir = output_dir
     result = isolation.execute(planned, progress=progress)
     result.git_commit = platform.git_commit()
     return result
@@ -25,7 +27,7 @@ def not_run(cfg: Config, choices: dict[str, str], overrides: list[str],
             err: BaseException) -> Result:
     """The record of a job that was declined, crashed or interrupted."""
     if isinstance(err, KeyboardInterrupt):
-        status, reason = INTERRUPTED, "interrupted"
+        status, reason = INTERRUPTED, str(err) or "interrupted"
     elif isinstance(err, RnnexpError) and not isinstance(err, JobCrashed):
         status, reason = UNSUPPORTED, str(err)
     elif isinstance(err, JobCrashed):
