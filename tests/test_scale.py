@@ -63,30 +63,41 @@ def env_for(tmp_path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_submitit_sweep_lands_in_a_server_and_a_timed_out_job_ends_killed(mlflow_server,
-                                                                           tmp_path):
-    # Job 3 would time for hours: submitit's local executor signals it (SIGUSR2) 30 s
-    # before its 1-minute limit, as SLURM does before a time limit or preemption.
+def test_submitit_sweep_lands_in_a_server_as_one_parent_and_four_children(mlflow_server,
+                                                                          tmp_path):
     proc = subprocess.run(sweep_cmd(
-        "hydra/launcher=rnnexp_local", "hydra.launcher.timeout_min=1", *TINY,
-        "bench.iters=3,4,5,100000000", f"sinks.mlflow.uri={mlflow_server}",
-        f"hydra.sweep.dir={tmp_path}/sweep"), cwd=ROOT, capture_output=True, text=True,
-        timeout=400, env=env_for(tmp_path))
+        "hydra/launcher=rnnexp_local", *TINY, "model=lstm,gru", "bench.iters=3,4",
+        f"sinks.mlflow.uri={mlflow_server}", f"hydra.sweep.dir={tmp_path}/sweep"),
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env_for(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "not reachable" not in proc.stderr + proc.stdout
-    assert (tmp_path / "sweep" / ".submitit").is_dir()  # the jobs ran through submitit
+    assert len(list((tmp_path / "sweep" / ".submitit").iterdir())) >= 4  # through submitit
     client, parents, children = runs_of(mlflow_server)
     assert len(parents) == 1 and len(children) == 4
     assert all(c.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for c in children)
-    by_iters = {c.data.params["bench.iters"]: c for c in children}
-    assert [by_iters[n].info.status for n in ("3", "4", "5")] == ["FINISHED"] * 3
-    killed = by_iters["100000000"]
-    assert killed.info.status == "KILLED"
-    assert killed.data.tags["reason"].startswith("killed: SIGUSR2 from the scheduler")
-    assert load_results(tmp_path / "sweep" / "3")["status"] == "interrupted"
-    # The parent was opened once, before the jobs, and closed with every job counted.
+    assert [c.info.status for c in children] == ["FINISHED"] * 4
+    assert sorted((c.data.params["model"], c.data.params["bench.iters"]) for c in children) == \
+        [("gru", "3"), ("gru", "4"), ("lstm", "3"), ("lstm", "4")]
+    # The parent was opened once, before any job, and closed with every job counted.
     assert parents[0].info.status == "FINISHED" and parents[0].data.tags["jobs"] == "4"
     assert parents[0].info.start_time < min(c.info.start_time for c in children)
+
+
+@pytest.mark.slow
+def test_a_job_at_its_time_limit_ends_killed_with_the_reason(tmp_path):
+    # The job would time for hours: submitit's local executor signals it (SIGUSR2) 30 s
+    # before its 1-minute limit, as SLURM does before a time limit or a preemption.
+    proc = subprocess.run(sweep_cmd(
+        "hydra/launcher=rnnexp_local", "hydra.launcher.timeout_min=1", *TINY,
+        "bench.iters=100000000", f"hydra.sweep.dir={tmp_path}/sweep"),
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env_for(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    result = load_results(tmp_path / "sweep" / "0")
+    assert result["status"] == "interrupted"
+    assert result["reason"] == "killed: SIGUSR2 from the scheduler (time limit or preemption)"
+    _, parents, [child] = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    assert child.info.status == "KILLED" and child.data.tags["reason"] == result["reason"]
+    assert parents[0].info.status == "FINISHED"  # the sweep itself ended normally
 
 
 def _signal_when_timing(proc: subprocess.Popen, job_dir: Path, signum: int) -> None:
