@@ -101,9 +101,12 @@ def test_a_job_at_its_time_limit_ends_killed_with_the_reason(tmp_path):
 
 
 def _signal_when_timing(proc: subprocess.Popen, job_dir: Path, signum: int) -> None:
-    """Send `signum` to a basic-launcher sweep once job `job_dir` is under way."""
+    """Send `signum` to a basic-launcher sweep once job `job_dir` is under way (Hydra wrote
+    its .hydra/config.yaml since `proc` started)."""
+    started = time.time()
     deadline = time.monotonic() + 180
-    while not (job_dir / ".hydra").is_dir():
+    config = job_dir / ".hydra" / "config.yaml"
+    while not (config.exists() and config.stat().st_mtime >= started - 1):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the job never started"
         time.sleep(0.2)
@@ -129,7 +132,6 @@ def test_resume_skips_what_finished_and_reruns_what_was_killed(tmp_path):
 
     second = subprocess.Popen([*args, "resume=true"], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env_for(tmp_path))
-    time.sleep(1)
     # Job 1 runs again (and is stopped again: its iteration count is meant to be cut).
     _signal_when_timing(second, sweep / "1", signal.SIGUSR2)
     out, err = second.communicate(timeout=300)
