@@ -1,9 +1,10 @@
 """Hydra callback for sweeps (`-m`): tells the configured sinks that a sweep starts and ends.
 
 Registered in conf/config.yaml under hydra.callbacks. The multirun events run in the
-launching process; jobs (in that process with the basic launcher, in workers with joblib)
-read the `Sweep` — with what each sink keeps for them — from the sweep folder, which works
-for every launcher that shares the filesystem and leaves no state behind in the process.
+launching process, which exits with the status the sweep's end decides; jobs (in that
+process with the basic launcher, in workers with joblib) read the `Sweep` — with what each
+sink keeps for them — from the sweep folder, which works for every launcher that shares the
+filesystem and leaves no state behind in the process.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from rnnexp import exit_codes
 from rnnexp import sinks as sinks_mod
+from rnnexp.report import print_error
+from rnnexp.results import FAILED_STATUSES
 
 
 def sinks_of(config: DictConfig) -> list[sinks_mod.Sink]:
@@ -35,3 +39,10 @@ class SweepCallback(Callback):
         jobs = sinks_mod.load_jobs(folder)
         for sink in sinks_of(config):
             sink.on_sweep_end(sweep, jobs)
+        # The sweep's exit status, from every job's saved result (jobs may have run in
+        # other processes); rnnexp.cli.main exits with it once Hydra returns.
+        failed = [r for _, r in jobs if r.status in FAILED_STATUSES]
+        exit_codes.set_pending(exit_codes.for_statuses(r.status for _, r in jobs))
+        if failed:
+            print_error(f"{len(failed)} of {len(jobs)} jobs failed: " + ", ".join(
+                f"{r.label} ({r.status})" for r in failed))

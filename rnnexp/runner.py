@@ -6,16 +6,17 @@ from __future__ import annotations
 from typing import Optional
 
 from rnnexp import isolation, job, platform
-from rnnexp.errors import JobCrashed, RnnexpError
+from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
 from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
 from rnnexp.schema import Config
 from rnnexp.timing import Progress
 
 
 def run(cfg: Config, choices: dict[str, str], overrides: list[str],
-        progress: Optional[Progress] = None) -> Result:
-    """Raises RnnexpError (one line) when the job is refused before timing."""
-    planned = job.plan(cfg, choices, overrides)
+        progress: Optional[Progress] = None, planned: Optional[job.Plan] = None) -> Result:
+    """Raises RnnexpError (one line) when the job is refused before timing, JobCrashed (one
+    line) when it crashes. `planned`: the job's plan, if made already."""
+    planned = planned or job.plan(cfg, choices, overrides)
     result = isolation.execute(planned, progress=progress)
     result.git_commit = platform.git_commit()
     return result
@@ -25,13 +26,15 @@ def not_run(cfg: Config, choices: dict[str, str], overrides: list[str],
             err: BaseException) -> Result:
     """The record of a job that was declined, crashed or interrupted."""
     if isinstance(err, KeyboardInterrupt):
-        status, reason = INTERRUPTED, "interrupted"
+        status, reason = INTERRUPTED, "interrupted (SIGINT)"
+    elif isinstance(err, Interrupted):
+        status, reason = INTERRUPTED, f"interrupted ({signal_name(err.signum)})"
     elif isinstance(err, RnnexpError) and not isinstance(err, JobCrashed):
         status, reason = UNSUPPORTED, str(err)
     elif isinstance(err, JobCrashed):
         status, reason = CRASHED, str(err)
     else:
-        status, reason = CRASHED, f"{type(err).__name__}: {err}"
+        status, reason = CRASHED, crash_line(err)
     return Result(choices=dict(choices), overrides=list(overrides),
                   config=job.plain_config(cfg), status=status, reason=reason,
                   platform=platform.current(), git_commit=platform.git_commit())
