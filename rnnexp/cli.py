@@ -118,6 +118,8 @@ def _hydra_errors_in_one_line() -> None:
     a trimmed traceback in `run_and_report`, the one place every Hydra entry point passes
     through; replace that with the one-line error. HYDRA_FULL_ERROR=1 keeps Hydra's own."""
     original = hydra_utils.run_and_report
+    if getattr(original, "rnnexp", False):  # replaced already (main called again in-process)
+        return
 
     def run_and_report(func):
         if full_error():
@@ -128,6 +130,7 @@ def _hydra_errors_in_one_line() -> None:
             print_error(config_check.one_line(err))
             sys.exit(EXIT_USER_ERROR)
 
+    run_and_report.rnnexp = True  # type: ignore[attr-defined]
     hydra_utils.run_and_report = run_and_report
 
 
