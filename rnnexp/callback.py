@@ -3,7 +3,8 @@ and decides, once for all jobs, what they share: how the machine is divided betw
 jobs (rnnexp.placement) and, with `resume=true`, which jobs already ran (rnnexp.resume).
 
 Registered in conf/config.yaml under hydra.callbacks. The multirun events run in the
-launching process, before any job is submitted; jobs (in that process with the basic
+launching process, before any job is submitted (the launching process exits with the status
+the sweep's end decides); jobs (in that process with the basic
 launcher, in workers with joblib, in their own processes or cluster nodes with submitit) read
 the `Sweep` — with what each sink keeps for them — from the sweep folder, which works for
 every launcher that shares the filesystem and leaves no state behind in the process.
@@ -17,9 +18,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rnnexp import config_check, job, placement, platform, resume
+from rnnexp import config_check, exit_codes, job, placement, platform, resume
 from rnnexp import sinks as sinks_mod
-from rnnexp.report import err_console
+from rnnexp.report import err_console, print_error
+from rnnexp.results import FAILED_STATUSES
 
 
 def sinks_of(config: DictConfig) -> list[sinks_mod.Sink]:
@@ -81,3 +83,10 @@ class SweepCallback(Callback):
                               "earlier in this folder", highlight=False, markup=False)
         for sink in sinks_of(config):
             sink.on_sweep_end(sweep, jobs)
+        # The sweep's exit status, from every job's saved result (jobs may have run in
+        # other processes); rnnexp.cli.main exits with it once Hydra returns.
+        failed = [r for _, r in jobs if r.status in FAILED_STATUSES]
+        exit_codes.set_pending(exit_codes.for_statuses(r.status for _, r in jobs))
+        if failed:
+            print_error(f"{len(failed)} of {len(jobs)} jobs failed: " + ", ".join(
+                f"{r.label} ({r.status})" for r in failed))

@@ -1,25 +1,46 @@
 """`python -m rnnexp`: the Hydra app. Glue only — the config checked once, the job run, its
-result handed to the sinks."""
+result handed to the sinks, and the process's exit status (rnnexp.exit_codes)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
+from hydra._internal import utils as hydra_utils
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
-from rnnexp import config_check, placement, platform, preemption, runner, schema, sinks
-from rnnexp.errors import JobCrashed, RnnexpError
+from rnnexp import (
+    config_check,
+    credentials,
+    exit_codes,
+    job,
+    placement,
+    platform,
+    preemption,
+    runner,
+    schema,
+    signals,
+    sinks,
+)
+from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
 from rnnexp.report import RichProgress, err_console, print_error
-from rnnexp.results import Result, label
+from rnnexp.results import RESULTS_FILE, Result, label
 
-EXIT_USER_ERROR = 2
+EXIT_USER_ERROR = exit_codes.USER_ERROR
+FULL_ERROR_ENV = "HYDRA_FULL_ERROR"
+
+# Plans made before Hydra starts a single run (so a refusal leaves no run folder), by the
+# job's overrides.
+_PLANS: dict[tuple[str, ...], job.Plan] = {}
 
 
 def fail(message: str) -> None:
@@ -27,10 +48,28 @@ def fail(message: str) -> None:
     sys.exit(EXIT_USER_ERROR)
 
 
+def full_error() -> bool:
+    return os.environ.get(FULL_ERROR_ENV) == "1"
+
+
 def publish(targets: list[sinks.Sink], result: Result, output_dir: Path,
             sweep: sinks.Sweep | None) -> None:
     for sink in targets:
         sink.on_job(result, output_dir, sweep)
+
+
+def discard(output_dir: Path) -> None:
+    """A run refused before it recorded anything leaves no folder behind."""
+    if output_dir.is_dir() and not (output_dir / RESULTS_FILE).exists():
+        shutil.rmtree(output_dir, ignore_errors=True)
+
+
+def report_crash(name: str, err: BaseException) -> None:
+    if full_error():
+        traceback.print_exception(err)
+    message = str(err) if isinstance(err, RnnexpError) else crash_line(err)
+    err_console.print(f"[red]crashed:[/] {escape(name)}: {escape(message)}", highlight=False,
+                      soft_wrap=True)
 
 
 def run_job(cfg: DictConfig) -> str:
@@ -44,6 +83,7 @@ def run_job(cfg: DictConfig) -> str:
         err_console.print(f"skipped: {label(choices)} was measured earlier in {sweep.dir} "
                           "(resume=true)", highlight=False, markup=False)
         return "skipped"
+    name = label(choices, ("model", "backend", "shape"))
     device_lock = contextlib.nullcontext()
     try:
         config = config_check.validated(overrides) or schema.validate(cfg)
@@ -55,39 +95,47 @@ def run_job(cfg: DictConfig) -> str:
             config = placement.for_job(config, hc.job.num, launch, overrides, gpus, cores)
             device_lock = placement.device_lock(config, launch, sweep.path, gpus)
     except RnnexpError as err:
+        if not multirun:
+            discard(output_dir)
         fail(str(err))
     preemption.install()  # the scheduler's signals stop the measurement, not the recording
     try:
         try:
-            with device_lock, RichProgress(label(choices, ("model", "backend", "shape"))) \
-                    as progress:
-                result = runner.run(config, choices, overrides, progress, output_dir)
-        finally:
-            preemption.settle()
-    except preemption.Killed as err:
-        # Stopped by the scheduler: recorded KILLED with the reason; the sweep goes on.
-        err_console.print(f"[red]{escape(str(err))}[/]", highlight=False)
-        result = runner.not_run(config, choices, overrides, err)
+            try:
+                with device_lock, RichProgress(name) as progress:
+                    result = runner.run(config, choices, overrides, progress, output_dir,
+                                        planned=_PLANS.pop(config_check._key(overrides), None))
+            finally:
+                preemption.settle()
+        except preemption.Killed as err:
+            # Stopped by the scheduler: recorded KILLED with the reason; the sweep goes on.
+            err_console.print(f"[red]{escape(str(err))}[/]", highlight=False)
+            result = runner.not_run(config, choices, overrides, err)
+        except RnnexpError as err:
+            if isinstance(err, JobCrashed):
+                report_crash(name, err)
+            elif not multirun:
+                discard(output_dir)
+                fail(str(err))
+            else:
+                # In a sweep, a combination that cannot run is reported and the sweep goes on.
+                err_console.print(f"[yellow]declined:[/] {escape(str(err))}", highlight=False,
+                                  soft_wrap=True)
+            result = runner.not_run(config, choices, overrides, err)
+        except Exception as err:  # a crash outside the job proper (planning, a backend)
+            report_crash(name, err)
+            result = runner.not_run(config, choices, overrides, err)
         publish(targets, result, output_dir, sweep)
-        return result.status
-    except RnnexpError as err:
-        if not multirun:
-            fail(str(err))
-        # In a sweep, a combination that cannot run is reported and the sweep goes on.
-        crashed = isinstance(err, JobCrashed)
-        err_console.print(f"[{'red' if crashed else 'yellow'}]"
-                          f"{'crashed' if crashed else 'declined'}:[/] {escape(str(err))}",
-                          highlight=False, soft_wrap=True)
-        result = runner.not_run(config, choices, overrides, err)
-    except (Exception, KeyboardInterrupt) as err:
-        # A crash or Ctrl-C is still recorded (a FAILED or KILLED run), then propagates.
-        result = runner.not_run(config, choices, overrides, err)
-        publish(targets, result, output_dir, sweep)
+    except (KeyboardInterrupt, Interrupted) as err:
+        # Recorded KILLED (the sweep's parent too); the console shows the one line below.
+        killed = runner.not_run(config, choices, overrides, err)
+        publish(targets, killed, output_dir, sweep)
         if sweep is not None:
             for sink in targets:
-                sink.on_abort(sweep, result)
+                sink.on_abort(sweep, killed)
         raise
-    publish(targets, result, output_dir, sweep)
+    if not multirun:
+        exit_codes.set_pending(exit_codes.for_statuses([result.status]))
     return result.status
 
 
@@ -97,14 +145,56 @@ hydra_main = hydra.main(version_base="1.3", config_path=str(config_check.CONF_DI
                         config_name=config_check.CONFIG_NAME)(run_job)
 
 
+def _hydra_errors_in_one_line() -> None:
+    """Hydra reports its own errors (a folder it cannot create, a config it cannot load) as
+    a trimmed traceback in `run_and_report`, the one place every Hydra entry point passes
+    through; replace that with the one-line error. HYDRA_FULL_ERROR=1 keeps Hydra's own."""
+    original = hydra_utils.run_and_report
+    if getattr(original, "rnnexp", False):  # replaced already (main called again in-process)
+        return
+
+    def run_and_report(func):
+        if full_error():
+            return original(func)
+        try:
+            return func()
+        except Exception as err:
+            print_error(config_check.one_line(err))
+            sys.exit(EXIT_USER_ERROR)
+
+    run_and_report.rnnexp = True  # type: ignore[attr-defined]
+    hydra_utils.run_and_report = run_and_report
+
+
+def plan_ahead(overrides: list[str]) -> None:
+    """A single run is planned (device, backend, memory) before Hydra makes its folder."""
+    user = config_check.user_overrides(overrides)
+    config, choices = config_check.validated(user), config_check.choices(user)
+    if config is not None and choices is not None:
+        _PLANS[config_check._key(user)] = job.plan(config, choices, user)
+
+
 def main() -> None:
     schema.register()
+    # Credentials leave the tracking URI before Hydra records the command line anywhere.
+    sys.argv[1:] = credentials.take_from_process(sys.argv[1:])
+    signals.install()
     args, _ = get_args_parser().parse_known_args()
     informational = args.help or args.hydra_help or args.info or args.cfg or \
         args.shell_completion
-    if not informational:
-        try:
-            config_check.check(args.overrides, multirun=args.multirun)
-        except RnnexpError as err:
-            fail(str(err))
-    hydra_main()
+    try:
+        if not informational:
+            try:
+                configs = config_check.check(args.overrides, multirun=args.multirun)
+                if not args.multirun and len(configs) == 1:
+                    plan_ahead(args.overrides)
+            except RnnexpError as err:
+                fail(str(err))
+        _hydra_errors_in_one_line()
+        hydra_main()
+    except (KeyboardInterrupt, Interrupted) as err:
+        signum = err.signum if isinstance(err, Interrupted) else 2
+        print_error(f"interrupted by {signal_name(signum)} — the current run is recorded "
+                    f"as killed")
+        sys.exit(signals.exit_code(err))
+    sys.exit(exit_codes.pending())

@@ -10,9 +10,12 @@ configs are kept, so a job that runs in this process is not validated a second t
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
+import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -23,9 +26,9 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rnnexp import sinks
-from rnnexp.errors import RnnexpError
-from rnnexp.schema import Config, validate
+from rnnexp import sinks, targets
+from rnnexp.errors import ConfigError, RnnexpError
+from rnnexp.schema import Config, closest, validate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CONFIG_NAME = "config"
@@ -81,14 +84,67 @@ def one_line(err: BaseException) -> str:
         msg = " ".join(ln for ln in lines if ln and not re.match(r"(full_key|object_type|"
                                                                      r"reference_type)[:=]", ln))
         if "not in" in msg and key:
-            group = key.rsplit(".", 1)[0]
-            return f"{key}: no such field in {group}"
+            return f"{key}: no such field — {_suggest(key, getattr(cause, 'object_type', None))}"
         return f"{key}: {msg}" if key else msg
     return str(err).strip().splitlines()[0]
 
 
+def _suggest(key: str, schema: Any) -> str:
+    """The closest field of the schema node that `key` was looked up in."""
+    if not dataclasses.is_dataclass(schema):
+        return "check the name"
+    prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
+    names = [f"{prefix}{f.name}" for f in dataclasses.fields(schema)
+             if not f.name.startswith("_")]
+    return closest(key, names)
+
+
+def check_command_line(overrides: Sequence[str]) -> None:
+    """The grammar of every override, Hydra's own included, and the allowlist for any
+    `_target_` an override sets or adds (e.g. +hydra.callbacks.x._target_=...)."""
+    parser, parsed = OverridesParser.create(), []
+    for text in overrides:
+        try:
+            parsed += parser.parse_overrides([text])
+        except OverrideParseException as err:
+            raise RnnexpError(f"{text}: {one_line(err)}") from None
+    for override in parsed:
+        key = override.key_or_group
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else \
+            [override.value()]
+        for value in values:
+            if key == "_target_" or key.endswith("._target_"):
+                field = key.removesuffix("_target_").rstrip(".")
+                targets.check_target(field, value, hydra=key.startswith("hydra."))
+            else:
+                targets.check_tree(key, value)
+
+
+def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
+    """The run/sweep folder a command line names can be created: checked by creating (and
+    removing) a temporary folder in its nearest existing parent, before Hydra makes it."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith(key + "=")]
+    if not given or "${" in given[-1]:
+        return  # the default folder under the current directory, or an interpolation
+    folder = Path(given[-1]).expanduser().absolute()
+    parent = folder
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        if not parent.is_dir():
+            raise NotADirectoryError(f"{parent} is not a folder")
+        os.rmdir(tempfile.mkdtemp(prefix=".rnnexp-check-", dir=parent))
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise ConfigError(key, f"cannot create {folder} ({reason})",
+                          "choose a writable folder") from None
+
+
 # Typed configs of the jobs checked in this process, by their overrides.
 _VALIDATED: dict[tuple[str, ...], Config] = {}
+# Their config-group choices (model, backend, ...), for jobs composed with Hydra's config.
+_CHOICES: dict[tuple[str, ...], dict[str, str]] = {}
 
 
 def _key(overrides: Sequence[str]) -> tuple[str, ...]:
@@ -100,6 +156,11 @@ def validated(overrides: Sequence[str]) -> Config | None:
     return _VALIDATED.get(_key(overrides))
 
 
+def choices(overrides: Sequence[str]) -> dict[str, str] | None:
+    """The group choices of a single job `check` composed, if it ran here."""
+    return _CHOICES.get(_key(overrides))
+
+
 def _compose(job: Sequence[str], hydra_config: bool = False):
     try:
         return compose(config_name=CONFIG_NAME, overrides=list(job),
@@ -109,8 +170,11 @@ def _compose(job: Sequence[str], hydra_config: bool = False):
 
 
 def check(overrides: Sequence[str], multirun: bool) -> list[Config]:
-    """Compose and validate each job (its sinks' options too); raise RnnexpError with one line
-    on the first problem. Returns the typed configs, in job order."""
+    """Compose and validate each job (its sinks' and model factory's options too, and every
+    `_target_` against the allowlist); raise RnnexpError with one line on the first problem.
+    Returns the typed configs, in job order."""
+    check_command_line(overrides)
+    check_output_dir(overrides, multirun)
     configs = []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         composed = {}
@@ -119,14 +183,23 @@ def check(overrides: Sequence[str], multirun: bool) -> list[Config]:
             if len(jobs) == 1:  # a preset may make this a sweep (hydra.mode, sweeper.params)
                 base = _compose(jobs[0], hydra_config=True)
                 composed[_key(jobs[0])] = base
+                _CHOICES[_key(jobs[0])] = {
+                    k: v for k, v in base.hydra.runtime.choices.items()
+                    if not k.startswith("hydra/")}
+                targets.check_tree("hydra.callbacks", OmegaConf.to_container(
+                    base.hydra.callbacks, resolve=False))
                 if multirun or OmegaConf.select(base, "hydra.mode") == RunMode.MULTIRUN:
                     jobs = expand_jobs(overrides, True, sweep_params(base))
         except OverrideParseException as err:
             raise RnnexpError(f"command line: {one_line(err)}") from None
         for job in jobs:
             cfg = composed.get(_key(job)) or _compose(job)
+            app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()
+                   if k != "hydra"}
+            targets.check_tree("", app)
             config = validate(cfg)
             sinks.build(config.sinks)
+            targets.bind("model.build", config.model.build, None)  # None: the spec
             _VALIDATED[_key(job)] = config
             configs.append(config)
     return configs

@@ -21,5 +21,30 @@ class UnsupportedError(RnnexpError):
 
 
 class JobCrashed(RnnexpError):
-    """The job's own process died (e.g. the isolated TorchScript process): not a reason the
+    """The job crashed (an exception in it, or its isolated process died): not a reason the
     user can act on, so it is recorded as a crash, not as an unsupported combination."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM (or SIGINT) arrived: the current job ends KILLED and the process exits with
+    128 + the signal number. A BaseException, like KeyboardInterrupt, so no `except
+    Exception` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"interrupted by {signal_name(signum)}")
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def crash_line(err: BaseException) -> str:
+    """An exception as the one line a crash is reported and recorded with."""
+    text = " ".join(str(err).split()) or "(no message)"
+    return f"{type(err).__name__}: {text}"[:1000]

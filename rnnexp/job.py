@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional
 import torch
 from omegaconf import OmegaConf
 
+from rnnexp import memory, profiling, stats, targets
 from rnnexp import platform as platform_mod
-from rnnexp import profiling, stats, targets
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, device_name, resolve_device, torch_dtype
 from rnnexp.results import INVALID, OK, BackendInfo, Result, TimingInfo, phase_stats
@@ -57,6 +57,7 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
     check_model_placement(choices.get("model", "?"), cfg.model, device, cfg.dtype, plat)
     backend = make_backend(cfg, plat, device)
     backend.check(choices.get("model", "?"), cfg.model)
+    memory.check(cfg, device, varlen="varlen" in str(targets.target_of(cfg.model.build)))
     spec = WorkloadSpec(shape=cfg.shape, device=device, dtype=torch_dtype(cfg.dtype),
                         seed=cfg.seed, script=backend.script(cfg.model),
                         requires_grad=cfg.bench.backward)
@@ -94,6 +95,9 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
 
     no_backward = workload.no_backward_reason or ("" if cfg.bench.backward
                                                    else "bench.backward=false")
+    phases = phase_stats(samples, workload.work, no_backward)
+    if not verification.ok:  # times kept for diagnosis; a wrong result has no rates
+        phases = {name: phase.without_rates() for name, phase in phases.items()}
     return Result(
         choices=p.choices,
         overrides=p.overrides,
@@ -106,7 +110,7 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
         backend=BackendInfo.from_json(p.backend.info()),
         verification=verification,
         work=workload.work,
-        phases=phase_stats(samples, workload.work, no_backward),
+        phases=phases,
         platform=p.plat,
         timing=TimingInfo(clock=clock.name, warmup=cfg.bench.warmup, iters=cfg.bench.iters,
                           timed_iters=len(samples.forward_ms),

@@ -30,7 +30,9 @@ OK = "ok"  # timed, verified (or verification skipped on request)
 INVALID = "verification_failed"  # timed numbers exist but are not a valid result
 UNSUPPORTED = "unsupported"  # declined before any timing, with a reason
 CRASHED = "crashed"  # an exception stopped the job
-INTERRUPTED = "interrupted"  # Ctrl-C
+INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
+# Statuses that make the run or sweep exit with exit_codes.JOB_FAILED.
+FAILED_STATUSES = (INVALID, CRASHED)
 
 # The config groups that name a job, in the order labels show them.
 LABEL_KEYS = ("model", "backend", "shape", "device")
@@ -87,6 +89,10 @@ class PhaseStats:
     @property
     def timed(self) -> bool:
         return self.not_applicable is None and self.median_ms is not None
+
+    def without_rates(self) -> PhaseStats:
+        """The same statistics with tokens/s, GFLOP/s and GB/s left out."""
+        return dataclasses.replace(self, tokens_per_s=None, gflops=None, gbps=None)
 
     def metrics(self) -> dict[str, float]:
         """The numeric statistics and rates (not the raw samples), None left out."""

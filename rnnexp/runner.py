@@ -7,16 +7,18 @@ from pathlib import Path
 from typing import Optional
 
 from rnnexp import isolation, job, platform
-from rnnexp.errors import JobCrashed, RnnexpError
+from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
 from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
 from rnnexp.schema import Config
 from rnnexp.timing import Progress
 
 
 def run(cfg: Config, choices: dict[str, str], overrides: list[str],
-        progress: Optional[Progress] = None, output_dir: Optional[Path] = None) -> Result:
-    """Raises RnnexpError (one line) when the job is refused before timing."""
-    planned = job.plan(cfg, choices, overrides)
+        progress: Optional[Progress] = None, output_dir: Optional[Path] = None,
+        planned: Optional[job.Plan] = None) -> Result:
+    """Raises RnnexpError (one line) when the job is refused before timing, JobCrashed (one
+    line) when it crashes. `planned`: the job's plan, if made already."""
+    planned = planned or job.plan(cfg, choices, overrides)
     planned.output_dir = output_dir
     result = isolation.execute(planned, progress=progress)
     result.git_commit = platform.git_commit()
@@ -27,13 +29,16 @@ def not_run(cfg: Config, choices: dict[str, str], overrides: list[str],
             err: BaseException) -> Result:
     """The record of a job that was declined, crashed or interrupted."""
     if isinstance(err, KeyboardInterrupt):
-        status, reason = INTERRUPTED, str(err) or "interrupted"
+        # Ctrl-C, or the scheduler's signal (rnnexp.preemption.Killed) with its reason
+        status, reason = INTERRUPTED, str(err) or "interrupted (SIGINT)"
+    elif isinstance(err, Interrupted):
+        status, reason = INTERRUPTED, f"interrupted ({signal_name(err.signum)})"
     elif isinstance(err, RnnexpError) and not isinstance(err, JobCrashed):
         status, reason = UNSUPPORTED, str(err)
     elif isinstance(err, JobCrashed):
         status, reason = CRASHED, str(err)
     else:
-        status, reason = CRASHED, f"{type(err).__name__}: {err}"
+        status, reason = CRASHED, crash_line(err)
     return Result(choices=dict(choices), overrides=list(overrides),
                   config=job.plain_config(cfg), status=status, reason=reason,
                   platform=platform.current(), git_commit=platform.git_commit())

@@ -9,6 +9,8 @@ out-of-range values before anything is built or timed.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
 from dataclasses import dataclass, field
 from enum import Enum
@@ -115,6 +117,28 @@ class Form(str, Enum):
     eager = "eager"
 
 
+def _number_in(field: str, value: Any, low: float, high: float) -> None:
+    """`low <= value < high`, for a free-form option that may hold any type."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(field, f"must be a number in [{low:g}, {high:g}), got {value!r}")
+    if not low <= value < high:
+        raise ConfigError(field, f"must be in [{low:g}, {high:g}), got {value}")
+
+
+# Range checks of the model factories' options (model.build.<name>), by name: the options
+# are free-form (each factory takes its own), so only the ones present are checked.
+BUILD_OPTION_CHECKS = {
+    "dropout": lambda v: _number_in("build.dropout", v, 0, 1),
+    "pool_size": lambda v: _number_in("build.pool_size", v, 1, 1e9),
+    "weight_dtype": lambda v: None if v in ("qint8", "float16") else _raise(ConfigError(
+        "build.weight_dtype", f"'{v}' is not one of qint8, float16")),
+}
+
+
+def _raise(err: Exception) -> None:
+    raise err
+
+
 @dataclass
 class ModelConfig:
     # The factory and its options: `_target_` is called as factory(spec, **options) and
@@ -138,6 +162,9 @@ class ModelConfig:
                 raise ConfigError("dtypes", f"'{d}' is not one of {', '.join(known)}")
         if "_target_" not in self.build:
             raise ConfigError("build._target_", "missing", "name the model's factory")
+        for name, check in BUILD_OPTION_CHECKS.items():
+            if name in self.build:
+                check(self.build[name])
 
 
 @dataclass
@@ -235,6 +262,13 @@ class Config:
     # The DeepBench problem a `deepbench` option chose (rnnexp/deepbench.py); empty otherwise.
     deepbench: DeepBenchConfig = field(default_factory=DeepBenchConfig)
 
+    def __post_init__(self) -> None:
+        # torch.manual_seed takes 64 bits; models derive seeds as seed + a small offset.
+        if not 0 <= self.seed <= SEED_MAX:
+            raise ConfigError("seed", f"must be in [0, {SEED_MAX}], got {self.seed}")
+
+
+SEED_MAX = 2**63 - 1
 
 # Subclass schemas that options name in their defaults lists.
 _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
@@ -254,8 +288,35 @@ def register(extra: dict[str, dict[str, type]] | None = None) -> None:
             cs.store(group=f"schema/{group}", name=kind, node=node)
 
 
+def closest(name: str, options: list[str]) -> str:
+    """' — did you mean X?' for the valid name closest to `name`, else the valid names."""
+    close = difflib.get_close_matches(name, options, n=1)
+    return f"did you mean {close[0]}?" if close else f"valid: {', '.join(options)}"
+
+
+def check_closed(cfg: DictConfig, path: str = "") -> None:
+    """Every key of a schema node is a field of its schema — also keys added with `+`, which
+    Hydra lets through a structured config, and which would otherwise do nothing."""
+    node_type = OmegaConf.get_type(cfg)
+    if not dataclasses.is_dataclass(node_type):
+        return  # a free-form node (model.build, sinks): its consumer checks its keys
+    names = [f.name for f in dataclasses.fields(node_type)]
+    for key in cfg.keys():
+        if path == "" and key == "hydra":
+            continue
+        if key not in names:
+            field_name = f"{path}{key}"
+            options = [f"{path}{n}" for n in names if not n.startswith("_")]
+            raise ConfigError(field_name, "no such field", closest(field_name, options))
+        child = cfg._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and \
+                not child._is_none():
+            check_closed(child, f"{path}{key}.")
+
+
 def validate(cfg: DictConfig) -> Config:
     """Build the dataclasses (running the range checks); errors name the full field."""
+    check_closed(cfg)
     for group in ("model", "backend", "shape", "device", "bench"):
         try:
             OmegaConf.to_object(cfg[group])

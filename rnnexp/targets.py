@@ -4,6 +4,10 @@ Models, backends and sinks are named in config by `_target_`. Only callables of 
 own package may be named (plus module prefixes listed in `RNNEXP_TARGETS`, comma-separated,
 for user extensions), and nested `_target_`s are never instantiated: they reach the callable
 as the plain dicts they are. Options the callable does not take are refused in one line.
+
+`check_tree` applies the allowlist to every `_target_` of a composed config and of the
+command line, at any depth, before Hydra instantiates anything (it instantiates its
+callbacks, launcher and sweeper itself; those may also name Hydra's own classes).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from rnnexp.errors import ConfigError
 
 PROJECT_PREFIX = "rnnexp."
 EXTRA_ENV = "RNNEXP_TARGETS"
+# What Hydra's own nodes (hydra.callbacks, hydra.launcher, hydra.sweeper) may name besides.
+HYDRA_PREFIXES = ("hydra.", "hydra_plugins.")
 
 
 def allowed_prefixes() -> tuple[str, ...]:
@@ -27,11 +33,27 @@ def allowed_prefixes() -> tuple[str, ...]:
     return (PROJECT_PREFIX, *(p if p.endswith(".") else p + "." for p in extra))
 
 
-def check_target(field: str, target: Any) -> str:
-    """The target path if it may be called; ConfigError naming `field` otherwise."""
+def check_tree(field: str, node: Any) -> None:
+    """Every `_target_` in `node` (nested dicts/lists, any depth) passes `check_target`."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            path = f"{field}.{key}" if field else str(key)
+            if key == "_target_":
+                check_target(field, value, hydra=field == "hydra" or
+                             field.startswith("hydra."))
+            else:
+                check_tree(path, value)
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            check_tree(f"{field}[{i}]", value)
+
+
+def check_target(field: str, target: Any, hydra: bool = False) -> str:
+    """The target path if it may be called; ConfigError naming `field` otherwise. `hydra`:
+    a node of Hydra's own config, which may also name Hydra's classes."""
     if not isinstance(target, str) or not target:
         raise ConfigError(f"{field}._target_", f"must name a callable, got {target!r}")
-    if not target.startswith(allowed_prefixes()):
+    if not target.startswith(allowed_prefixes() + (HYDRA_PREFIXES if hydra else ())):
         raise ConfigError(f"{field}._target_", f"'{target}' is outside rnnexp",
                           f"only rnnexp.* callables may be named (extensions: list their "
                           f"module prefix in {EXTRA_ENV})")
@@ -67,8 +89,9 @@ def target_of(node: Any) -> Any:
         node.get("_target_")
 
 
-def call(field: str, node: Any, *args: Any, **context: Any) -> Any:
-    """`node._target_(*args, **context, **options)`; the options are the node's other keys."""
+def bind(field: str, node: Any, *args: Any, **context: Any) -> Callable[..., Any]:
+    """The callable of `node`, once its options are known to fit its signature (args and
+    context stand for what the caller passes besides; their values do not matter)."""
     fn = resolve(field, target_of(node))
     options = options_of(node)
     try:
@@ -78,7 +101,12 @@ def call(field: str, node: Any, *args: Any, **context: Any) -> Any:
         raise ConfigError(field, _unknown_option(err, options, signature)) from None
     except ValueError:  # no signature to check (a builtin): let the call decide
         pass
-    return fn(*args, **context, **options)
+    return fn
+
+
+def call(field: str, node: Any, *args: Any, **context: Any) -> Any:
+    """`node._target_(*args, **context, **options)`; the options are the node's other keys."""
+    return bind(field, node, *args, **context)(*args, **context, **options_of(node))
 
 
 def _unknown_option(err: TypeError, options: Mapping[str, Any],

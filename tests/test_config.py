@@ -60,7 +60,9 @@ def test_min_len_above_max_len_is_refused():
 @pytest.mark.parametrize("override, expected", [
     ("model=nope", "model=nope: no such option — choose one of: "),
     ("shape.hidden_size=abc", "shape.hidden_size: Value 'abc'"),
-    ("shape.foo=1", "shape.foo: no such field in shape"),
+    ("shape.foo=1", "shape.foo: no such field — valid: shape.seq_len"),
+    ("shape.hiden_size=1", "shape.hiden_size: no such field — did you mean shape.hidden_size?"),
+    ("foo=1", "foo: no such field — valid: model, backend"),
     ("dtype=float64", "expected one of [float32, float16, bfloat16]"),
     ("device.kind=tpu", "expected one of [auto, cpu, cuda]"),
 ])

@@ -6,12 +6,14 @@ from pathlib import Path
 from typing import Optional
 
 from rnnexp.report import console, results_table
-from rnnexp.results import RESULTS_FILE, Result
+from rnnexp.results import INTERRUPTED, RESULTS_FILE, Result
 from rnnexp.sinks import Jobs, Sink, Sweep
 
 
 class Console(Sink):
     def on_job(self, result: Result, output_dir: Path, sweep: Optional[Sweep]) -> None:
+        if result.status == INTERRUPTED:
+            return  # the process says so in one line as it exits
         console.print(results_table([result]))
         if (Path(output_dir) / RESULTS_FILE).exists():
             console.print(f"results: {Path(output_dir) / RESULTS_FILE}", highlight=False)

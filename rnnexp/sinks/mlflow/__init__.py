@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from rnnexp import platform
+from rnnexp import credentials, platform
 from rnnexp.errors import ConfigError
 from rnnexp.results import RESULTS_FILE, Result
 from rnnexp.sinks import Jobs, Sink, Sweep
@@ -30,6 +30,7 @@ def check_uri(uri: str) -> None:
 
 class Mlflow(Sink):
     def __init__(self, uri: str, experiment: str = "rnnexp"):
+        uri = credentials.take(uri)  # userinfo → MLflow's credential variables
         check_uri(uri)
         if not experiment.strip():
             raise ConfigError("sinks.mlflow.experiment", "is empty", "name the MLflow experiment")

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from rnnexp import summary
-from rnnexp.results import INTERRUPTED, INVALID, OK, RESULTS_FILE, UNSUPPORTED, Result
+from rnnexp.results import (
+    FAILED_STATUSES,
+    INTERRUPTED,
+    INVALID,
+    OK,
+    RESULTS_FILE,
+    UNSUPPORTED,
+    Result,
+)
 from rnnexp.sinks import Sweep
 
 # MLflow's limits (mlflow/utils/validation.py).
@@ -195,14 +203,16 @@ def find_parent(client, exp_id: str, sweep_id: str) -> Optional[str]:
 
 def close_parent(client, run_id: str, jobs: Sequence[tuple[Path, Result]], sweep_dir: Path
                  ) -> None:
-    """Summary table (JSON/CSV/markdown) and chart as artifacts; then the run ends."""
+    """Summary table (JSON/CSV/markdown) and chart as artifacts; then the run ends: FAILED
+    when a job failed (verification, a crash), else FINISHED."""
     for path in summary.write(sweep_dir, jobs):
         client.log_artifact(run_id, str(path), "summary")
     n_ok = sum(r.status == OK for _, r in jobs)
     client.set_tag(run_id, "jobs", str(len(jobs)))
     client.set_tag(run_id, "jobs_ok", str(n_ok))
     client.set_tag(run_id, "jobs_failed", str(len(jobs) - n_ok))
-    client.set_terminated(run_id, status="FINISHED")
+    failed = any(r.status in FAILED_STATUSES for _, r in jobs)
+    client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 
 
 def end_parent(client, run_id: str, result: Result) -> None:

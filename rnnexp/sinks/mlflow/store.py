@@ -9,8 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from filelock import FileLock
 from rich.markup import escape
 
+from rnnexp.credentials import redact
 from rnnexp.errors import RnnexpError
 
 # Alembic and MLflow log every schema migration of a fresh SQLite store at INFO.
@@ -52,20 +54,42 @@ def artifact_location(uri: str) -> str | None:
     return str(path.parent / "mlruns") if path else None
 
 
+# How long a process waits for another one creating or migrating the same SQLite store.
+LOCK_TIMEOUT_S = 120
+
+
+@contextmanager
+def creation_lock(uri: str) -> Iterator[None]:
+    """Held while a SQLite store is opened: the first use creates its schema (MLflow's
+    migrations), and two processes doing that at once leave one of them failing. A file
+    lock beside the DB makes every other process wait until the schema exists."""
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+        yield
+
+
 def connect(uri: str, experiment: str, create: bool = True):
     """(MlflowClient, experiment id); creates the SQLite file and the experiment if asked.
 
-    Creation is race-safe: a sweep creates both before any job starts (parallel first use
-    of a SQLite DB races on MLflow's schema migration), and a concurrent creator's
-    experiment is picked up if create_experiment loses.
+    Creation is race-safe: the store's schema and the experiment are made under a file lock
+    (several single runs started together on a fresh SQLite store), and a concurrent
+    creator's experiment is picked up if create_experiment loses (a server).
     """
-    from mlflow.tracking import MlflowClient
-
     path = sqlite_path(uri)
     if path is not None:
         if not create and not path.exists():
             raise StoreError(f"no MLflow store at {path} — check --tracking-uri")
         path.parent.mkdir(parents=True, exist_ok=True)
+    with creation_lock(uri):
+        return _connect(uri, experiment, create)
+
+
+def _connect(uri: str, experiment: str, create: bool):
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
@@ -97,6 +121,6 @@ def warn_offline(uri: str, err: BaseException, output_dir: Path | None = None) -
 
     where = f"results kept in {output_dir}; upload later: python -m rnnexp.sync {output_dir}" \
         if output_dir else "results kept on disk; upload later with python -m rnnexp.sync"
-    err_console.print(f"[yellow]warning:[/] MLflow store {escape(uri)} not reachable "
-                      f"({escape(short_reason(err))}) — {escape(where)}",
+    err_console.print(f"[yellow]warning:[/] MLflow store {escape(redact(uri))} not reachable "
+                      f"({escape(redact(short_reason(err)))}) — {escape(where)}",
                       highlight=False, soft_wrap=True)

@@ -1,0 +1,166 @@
+"""Bad input through the real CLI: each is refused with exit status 2 and exactly one line on
+stderr naming the field, no traceback, no run folder and nothing in the store.
+
+The whole battery runs through `rnnexp.cli.main` in this process (the same code path as
+`python -m rnnexp`: argument parsing, Hydra composition, the checks, Hydra's own entry point);
+a representative subset also runs as real `python -m rnnexp` processes, started together.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rnnexp import cli
+from tests.conftest import ROOT
+
+# (command-line arguments, text the one error line must contain — the field it names)
+BAD_INPUTS = [
+    (["shape.hidden_size=-3"], "shape.hidden_size"),
+    (["shape.batch_size=0"], "shape.batch_size"),
+    (["shape.seq_len=0"], "shape.seq_len"),
+    (["shape.num_layers=0"], "shape.num_layers"),
+    (["shape.input_size=-1"], "shape.input_size"),
+    (["shape.hidden_size=abc"], "shape.hidden_size"),
+    (["shape.min_len=50", "shape.max_len=40"], "shape.min_len"),
+    (["shape.foo=1"], "shape.foo"),
+    (["+shape.foo=1"], "shape.foo"),
+    (["+bench.itters=50"], "did you mean bench.iters?"),
+    (["bench.itters=50"], "did you mean bench.iters?"),
+    (["bench.iters=0"], "bench.iters"),
+    (["bench.warmup=-1"], "bench.warmup"),
+    (["bench.precision=1.5"], "bench.precision"),
+    (["bench.precision=0.02", "bench.min_iters=3"], "bench.min_iters"),
+    (["bench.num_threads=0"], "bench.num_threads"),
+    (["bench.backward=maybe"], "bench.backward"),
+    (["device.index=-1"], "device.index"),
+    (["device.kind=tpu"], "device.kind"),
+    (["dtype=float64"], "dtype"),
+    (["seed=99999999999999999999"], "seed"),
+    (["seed=-1"], "seed"),
+    (["seed=abc"], "seed"),
+    (["model=nope"], "model=nope"),
+    (["backend=nope"], "backend=nope"),
+    (["shape=nope"], "shape=nope"),
+    (["model=lstm_dropout", "model.build.dropout=1.5"], "model.build.dropout"),
+    (["model=lstm_dropout", "model.build.dropout=-0.1"], "model.build.dropout"),
+    (["model=lstm_dropout", "model.build.dropout=abc"], "model.build.dropout"),
+    (["model=jit_dropout", "model.build.dropout=1.0"], "model.build.dropout"),
+    (["model=quantized_lstm", "model.build.weight_dtype=int4"], "model.build.weight_dtype"),
+    (["model=dynamic_eltwise", "model.build.pool_size=0"], "model.build.pool_size"),
+    (["+model.build.nope=1"], "model.build"),
+    (["+model.build.x._target_=builtins.open", "+model.build.x.file=victim.txt",
+      "+model.build.x.mode=w"], "model.build.x._target_"),
+    (["+model.build.a.b.c._target_=os.system"], "model.build.a.b.c._target_"),
+    (["+model.build.x={_target_:subprocess.run,args:[touch,pwned]}"],
+     "model.build.x._target_"),
+    (["model.build._target_=subprocess.run"], "model.build._target_"),
+    (["sinks.mlflow._target_=os.system"], "sinks.mlflow._target_"),
+    (["+hydra.callbacks.evil._target_=os.system"], "hydra.callbacks.evil._target_"),
+    (["backend=jit", "backend.executor=fast"], "backend.executor"),
+    (["backend=jit", "+backend.exector=simple"], "did you mean backend.executor?"),
+    (["backend=aten", "backend.allow_tf32=true"], "backend.allow_tf32"),
+    (["backend=inductor", "backend.mode=fast"], "backend.mode"),
+    (["foo=1"], "foo: no such field"),
+    (["+foo=1"], "foo: no such field"),
+    (["sinks.mlflow.uri=relative.db"], "sinks.mlflow.uri"),
+    (["+sinks=fastrnns", "sinks.fastrnns.format=xml"], "sinks.fastrnns.format"),
+    (["shape.hidden_size=200000", "shape.seq_len=100000"], "shape.hidden_size=200000"),
+    (["shape.hidden_size=8192", "shape.seq_len=100000"], "shape.seq_len=100000"),
+    (["shape.batch_size=999999999999"], "shape.batch_size=999999999999"),
+    (["hydra.run.dir=/proc/nope"], "hydra.run.dir"),
+    (["shape.seq_len=["], "shape.seq_len=["),
+    (["hydra.job.chdir=abc"], "hydra.job.chdir"),
+    (["backend=cudnn"], "backend=cudnn"),
+    (["device=cuda"], "device=cuda"),
+    (["model=quantized_lstm", "dtype=float16"], "dtype"),
+    (["-m", "model=lstm,nope"], "model=nope"),
+    (["-m", "model=lstm,jit", "+shape.foo=1,2"], "shape.foo"),
+    (["-m", "seed=0,-5"], "seed"),
+    (["-m", "model=lstm,jit", "hydra.sweep.dir=/proc/nope"], "hydra.sweep.dir"),
+]
+
+# Run as real processes too: one of each kind of check.
+SUBPROCESS = [0, 9, 20, 26, 33, 43, 47, 50, 51, 52, 57]
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: "), stderr
+    return lines[0]
+
+
+def with_dirs(args: list[str], tmp: Path) -> list[str]:
+    multirun = "-m" in args
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if any(a.startswith(key + "=") for a in args):
+        return list(args)
+    return [*args, f"{key}={tmp}/out"]
+
+
+def test_battery_is_large_enough():
+    assert len(BAD_INPUTS) >= 40
+    assert all(0 <= i < len(BAD_INPUTS) for i in SUBPROCESS)
+
+
+@pytest.mark.parametrize("args, field", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2_nothing_recorded(args, field, tmp_path, capsys,
+                                                       monkeypatch):
+    store = tmp_path / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    monkeypatch.chdir(tmp_path)  # a relative file named by a bad config lands here
+    (tmp_path / "victim.txt").write_text("keep me")
+    monkeypatch.setattr(sys, "argv", ["rnnexp", *with_dirs(args, tmp_path)])
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    out = capsys.readouterr()
+    assert exit_.value.code == 2, out.err
+    line = one_error_line(out.err)
+    assert field in line
+    assert "Traceback" not in out.err + out.out
+    assert not (tmp_path / "out").exists()
+    assert not store.exists()
+    assert (tmp_path / "victim.txt").read_text() == "keep me"
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_bad_input_through_python_m_rnnexp(tmp_path):
+    """The subset as real `python -m rnnexp` processes, started together."""
+    procs = []
+    for i in SUBPROCESS:
+        args, field = BAD_INPUTS[i]
+        case = tmp_path / str(i)
+        case.mkdir()
+        (case / "victim.txt").write_text("keep me")
+        env = {**os.environ, "PYTHONWARNINGS": "ignore",
+               "MLFLOW_TRACKING_URI": f"sqlite:///{case}/mlflow.db"}
+        args = [a.replace("victim.txt", str(case / "victim.txt")) for a in args]
+        proc = subprocess.Popen([sys.executable, "-m", "rnnexp", *with_dirs(args, case)],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        procs.append((case, field, proc))
+    for case, field, proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 2, err
+        assert field in one_error_line(err)
+        assert "Traceback" not in out + err
+        assert not (case / "out").exists()
+        assert not (case / "mlflow.db").exists()
+        assert (case / "victim.txt").read_text() == "keep me"
+
+
+def test_full_error_shows_hydras_traceback(run_cli):
+    proc = run_cli("hydra.job.chdir=abc", env={"HYDRA_FULL_ERROR": "1"})
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr
