@@ -66,7 +66,7 @@ def test_deepbench_jobs_take_the_shape_model_and_phases_of_their_problem():
 
 
 def test_deepbench_scales_down_for_a_cpu():
-    [c] = check(["-m", "+experiment=deepbench", "+deepbench=train_gru_h2816_b32_t750",
+    [c] = check(["+experiment=deepbench", "+deepbench=train_gru_h2816_b32_t750",
                  "deepbench.scale=0.1"], multirun=True)
     assert (c.shape.hidden_size, c.shape.batch_size, c.shape.seq_len) == (282, 3, 75)
     assert c.deepbench.scale == 0.1 and c.deepbench.hidden == 2816  # the problem is kept
