@@ -89,9 +89,11 @@ def oversubscription(launch: Launch, device: DeviceKind, *, gpus: int, cores: in
     per_job = threads or 1
     if launch.parallel * per_job > cores:
         what = f"{launch.parallel} parallel jobs" + (f" × {threads} threads" if threads else "")
+        fit = max(1, cores // per_job)
+        how = (f"hydra.launcher.n_jobs={fit}" if launch.launcher == "joblib"
+               else f"hydra/launcher=joblib hydra.launcher.n_jobs={fit}")
         return (f"{what} oversubscribe {cores} CPU core(s): their timings disturb each other — "
-                f"use at most {max(1, cores // per_job)} parallel jobs "
-                "(hydra.launcher.n_jobs) or the basic launcher")
+                f"use at most {fit} parallel jobs ({how}) or the basic launcher")
     return ""
 
 
