@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from omegaconf import OmegaConf
+
+from rnnexp import platform
 from rnnexp.schema import Config, DeviceKind
+
+# The GPUs this machine shows, for launcher configs: submitit's local executor hides every GPU
+# it is not told about (CUDA_VISIBLE_DEVICES), so conf/hydra/launcher/rnnexp_local.yaml
+# gives each job all of them and placement gives each job its own.
+OmegaConf.register_new_resolver("rnnexp_gpus", lambda: platform.current().gpu_count,
+                                replace=True)
 
 
 @dataclass(frozen=True)
