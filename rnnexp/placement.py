@@ -126,6 +126,16 @@ def for_job(cfg: Config, job_num: int, launch: Launch, overrides: Sequence[str],
                             threads_set=threads_set))
 
 
+def in_sweep(cfg: Config, job_num: int, launcher: Mapping[str, Any], sweep_jobs: int,
+             sweep_dir: Path, overrides: Sequence[str]
+             ) -> tuple[Config, contextlib.AbstractContextManager]:
+    """A sweep job's config on this machine, and the device lock to hold while it runs."""
+    cores, gpus = visible_cores(), platform.current().gpu_count
+    launch = launch_of(launcher, sweep_jobs, cores)
+    cfg = for_job(cfg, job_num, launch, overrides, gpus, cores)
+    return cfg, device_lock(cfg, launch, sweep_dir, gpus)
+
+
 def visible_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
