@@ -24,7 +24,6 @@ from rnnexp import (
     exit_codes,
     job,
     placement,
-    platform,
     preemption,
     runner,
     schema,
@@ -89,11 +88,9 @@ def run_job(cfg: DictConfig) -> str:
         config = config_check.validated(overrides) or schema.validate(cfg)
         targets = sinks.build(OmegaConf.to_container(cfg.sinks, resolve=True))
         if sweep is not None:  # parallel jobs divide the machine (one timing job per device)
-            cores, gpus = placement.visible_cores(), platform.current().gpu_count
-            launch = placement.launch_of(OmegaConf.to_container(hc.launcher, resolve=True),
-                                         sweep.jobs, cores)
-            config = placement.for_job(config, hc.job.num, launch, overrides, gpus, cores)
-            device_lock = placement.device_lock(config, launch, sweep.path, gpus)
+            config, device_lock = placement.in_sweep(
+                config, hc.job.num, OmegaConf.to_container(hc.launcher, resolve=True),
+                sweep.jobs, sweep.path, overrides)
     except RnnexpError as err:
         if not multirun:
             discard(output_dir)

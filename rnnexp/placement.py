@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from omegaconf import OmegaConf
+
+from rnnexp import platform
 from rnnexp.schema import Config, DeviceKind
+
+# The GPUs this machine shows, for launcher configs: submitit's local executor hides every GPU
+# it is not told about (CUDA_VISIBLE_DEVICES), so conf/hydra/launcher/rnnexp_local.yaml
+# gives each job all of them and placement gives each job its own.
+OmegaConf.register_new_resolver("rnnexp_gpus", lambda: platform.current().gpu_count,
+                                replace=True)
 
 
 @dataclass(frozen=True)
@@ -89,9 +98,11 @@ def oversubscription(launch: Launch, device: DeviceKind, *, gpus: int, cores: in
     per_job = threads or 1
     if launch.parallel * per_job > cores:
         what = f"{launch.parallel} parallel jobs" + (f" × {threads} threads" if threads else "")
+        fit = max(1, cores // per_job)
+        how = (f"hydra.launcher.n_jobs={fit}" if launch.launcher == "joblib"
+               else f"hydra/launcher=joblib hydra.launcher.n_jobs={fit}")
         return (f"{what} oversubscribe {cores} CPU core(s): their timings disturb each other — "
-                f"use at most {max(1, cores // per_job)} parallel jobs "
-                "(hydra.launcher.n_jobs) or the basic launcher")
+                f"use at most {fit} parallel jobs ({how}) or the basic launcher")
     return ""
 
 
@@ -113,6 +124,16 @@ def for_job(cfg: Config, job_num: int, launch: Launch, overrides: Sequence[str],
     return apply(cfg, place(job_num, launch, cfg.device.kind, gpus=gpus, cores=cores,
                             index_set=explicit(overrides, "device.index"),
                             threads_set=threads_set))
+
+
+def in_sweep(cfg: Config, job_num: int, launcher: Mapping[str, Any], sweep_jobs: int,
+             sweep_dir: Path, overrides: Sequence[str]
+             ) -> tuple[Config, contextlib.AbstractContextManager]:
+    """A sweep job's config on this machine, and the device lock to hold while it runs."""
+    cores, gpus = visible_cores(), platform.current().gpu_count
+    launch = launch_of(launcher, sweep_jobs, cores)
+    cfg = for_job(cfg, job_num, launch, overrides, gpus, cores)
+    return cfg, device_lock(cfg, launch, sweep_dir, gpus)
 
 
 def visible_cores() -> int:

@@ -227,7 +227,9 @@ def test_oversubscription_is_one_line_and_only_when_it_happens():
     assert oversubscription(Launch("joblib", 2), cpu, gpus=0, cores=2) == ""
     line = oversubscription(Launch("joblib", 4), cpu, gpus=0, cores=2)
     assert "4 parallel jobs oversubscribe 2 CPU core(s)" in line and "\n" not in line
-    assert "at most 2 parallel jobs" in line
+    assert "at most 2 parallel jobs (hydra.launcher.n_jobs=2)" in line
+    assert "(hydra/launcher=joblib hydra.launcher.n_jobs=2)" in oversubscription(
+        Launch("submitit_local", 4), cpu, gpus=0, cores=2)
     assert "× 4 threads" in oversubscription(Launch("joblib", 2), cpu, gpus=0, cores=4,
                                              threads=4)
     assert oversubscription(Launch("joblib", 2), DeviceKind.cuda, gpus=2, cores=2) == ""
