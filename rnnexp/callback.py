@@ -18,7 +18,19 @@ from omegaconf import DictConfig, OmegaConf
 from rnnexp import exit_codes
 from rnnexp import sinks as sinks_mod
 from rnnexp.report import print_error
-from rnnexp.results import FAILED_STATUSES
+from rnnexp.results import FAILED_STATUSES, Result
+
+# The sweep this process is running, from its start to its end: a signal that arrives
+# outside any job (between jobs, in Hydra's own code) still ends its parent run.
+_active: list[tuple[list[sinks_mod.Sink], sinks_mod.Sweep]] = []
+
+
+def abort_active(result: Result) -> None:
+    """Tell the sinks that the running sweep (if any) was cut short, with `result`'s status."""
+    while _active:
+        targets, sweep = _active.pop()
+        for sink in targets:
+            sink.on_abort(sweep, result)
 
 
 def sinks_of(config: DictConfig) -> list[sinks_mod.Sink]:
@@ -29,11 +41,14 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = sinks_mod.Sweep.start(Path(str(config.hydra.sweep.dir)),
                                       list(config.hydra.overrides.task))
-        for sink in sinks_of(config):
+        targets = sinks_of(config)
+        for sink in targets:
             sink.on_sweep_start(sweep)
         sweep.save()
+        _active[:] = [(targets, sweep)]
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        _active.clear()
         folder = Path(str(config.hydra.sweep.dir)).resolve()
         sweep = sinks_mod.Sweep.load(folder) or sinks_mod.Sweep.start(folder, [])
         jobs = sinks_mod.load_jobs(folder)

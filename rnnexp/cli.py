@@ -17,10 +17,20 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
-from rnnexp import config_check, credentials, exit_codes, job, runner, schema, signals, sinks
+from rnnexp import (
+    callback,
+    config_check,
+    credentials,
+    exit_codes,
+    job,
+    runner,
+    schema,
+    signals,
+    sinks,
+)
 from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
 from rnnexp.report import RichProgress, err_console, print_error
-from rnnexp.results import RESULTS_FILE, Result, label
+from rnnexp.results import INTERRUPTED, RESULTS_FILE, Result, label
 
 EXIT_USER_ERROR = exit_codes.USER_ERROR
 FULL_ERROR_ENV = "HYDRA_FULL_ERROR"
@@ -101,6 +111,7 @@ def run_job(cfg: DictConfig) -> str:
         if sweep is not None:
             for sink in targets:
                 sink.on_abort(sweep, killed)
+        err.recorded = True  # type: ignore[union-attr]
         raise
     if not multirun:
         exit_codes.set_pending(exit_codes.for_statuses([result.status]))
@@ -162,6 +173,10 @@ def main() -> None:
         hydra_main()
     except (KeyboardInterrupt, Interrupted) as err:
         signum = err.signum if isinstance(err, Interrupted) else 2
+        if not getattr(err, "recorded", False):  # outside any job: end the sweep's parent
+            callback.abort_active(Result(choices={}, overrides=[], config={},
+                                         status=INTERRUPTED,
+                                         reason=f"interrupted ({signal_name(signum)})"))
         print_error(f"interrupted by {signal_name(signum)} — the current run is recorded "
                     f"as killed")
         sys.exit(signals.exit_code(err))
