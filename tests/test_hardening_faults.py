@@ -229,3 +229,12 @@ def test_memory_estimate_decides_by_what_is_free():
         memory.check(cfg, gpu, free={"device": est.device_bytes - 1, "host": 64 << 30})
     with pytest.raises(ConfigError, match="of RAM free"):
         memory.check(cfg, gpu, free={"device": 80 << 30, "host": est.host_bytes - 1})
+
+
+def test_exit_status_of_a_set_of_jobs():
+    assert exit_codes.for_statuses([OK, UNSUPPORTED]) == exit_codes.OK
+    assert exit_codes.for_statuses([OK, INVALID]) == exit_codes.JOB_FAILED
+    assert exit_codes.for_statuses([CRASHED]) == exit_codes.JOB_FAILED
+    assert (exit_codes.SIGINT, exit_codes.SIGTERM) == (130, 143)
+    assert len({exit_codes.OK, exit_codes.JOB_FAILED, exit_codes.USER_ERROR,
+                exit_codes.REGRESSION, exit_codes.SIGINT, exit_codes.SIGTERM}) == 6
