@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install test test-gpu bench run sweep ui lint clean clean-outputs
+.PHONY: help install test test-gpu bench run sweep ui server lint clean clean-outputs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -37,6 +37,19 @@ bench:  ## speed goals: ratios measured side by side in one run
 
 ui:  ## MLflow UI on 127.0.0.1:5000 over the project's store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
+
+# A tracking server for sweeps whose jobs run in other processes or on other machines
+# (SLURM): runs and parent runs in SERVER_STORE (SQLite here; PostgreSQL with
+# SERVER_STORE=postgresql://user:pass@host/db), artifacts uploaded through the server into
+# SERVER_ARTIFACTS. Jobs record to it with sinks.mlflow.uri=http://HOST:PORT.
+SERVER_HOST ?= 127.0.0.1
+SERVER_PORT ?= 5000
+SERVER_STORE ?= sqlite:///$(CURDIR)/mlflow.db
+SERVER_ARTIFACTS ?= $(CURDIR)/mlartifacts
+
+server:  ## MLflow tracking server (SERVER_HOST:SERVER_PORT) for sweeps on several machines
+	$(BIN)/mlflow server --backend-store-uri $(SERVER_STORE) \
+		--artifacts-destination $(SERVER_ARTIFACTS) --host $(SERVER_HOST) --port $(SERVER_PORT)
 
 lint:  ## ruff
 	$(BIN)/ruff check rnnexp tests

@@ -1,10 +1,13 @@
-"""Hydra callback for sweeps (`-m`): tells the configured sinks that a sweep starts and ends.
+"""Hydra callback for sweeps (`-m`): tells the configured sinks that a sweep starts and ends,
+and decides, once for all jobs, what they share: how the machine is divided between parallel
+jobs (rnnexp.placement) and, with `resume=true`, which jobs already ran (rnnexp.resume).
 
 Registered in conf/config.yaml under hydra.callbacks. The multirun events run in the
-launching process, which exits with the status the sweep's end decides; jobs (in that
-process with the basic launcher, in workers with joblib) read the `Sweep` — with what each
-sink keeps for them — from the sweep folder, which works for every launcher that shares the
-filesystem and leaves no state behind in the process.
+launching process, before any job is submitted, and it exits with the status the sweep's
+end decides; jobs (in that process with the basic launcher, in workers with joblib, in their
+own processes or cluster nodes with submitit) read the `Sweep` — with what each sink keeps
+for them — from the sweep folder, which works for every launcher that shares the filesystem
+and leaves no state behind in the process.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rnnexp import exit_codes
+from rnnexp import config_check, exit_codes, job, placement, platform, resume
 from rnnexp import sinks as sinks_mod
-from rnnexp.report import print_error
+from rnnexp.report import err_console, print_error
 from rnnexp.results import FAILED_STATUSES, Result
 
 # The sweep this process is running, from its start to its end: a signal that arrives
@@ -37,10 +40,48 @@ def sinks_of(config: DictConfig) -> list[sinks_mod.Sink]:
     return sinks_mod.build(OmegaConf.to_container(config.sinks, resolve=True))
 
 
+def job_configs(config: DictConfig) -> list:
+    """The typed configs of the sweep's jobs in job order, as the CLI checked them (empty if
+    the sweep was not started through `python -m rnnexp`)."""
+    jobs = config_check.expand_jobs(list(config.hydra.overrides.task), True,
+                                    config_check.sweep_params(config))
+    configs = [config_check.validated(j) for j in jobs]
+    return configs if all(c is not None for c in configs) else []
+
+
+def plan_sweep(sweep: sinks_mod.Sweep, config: DictConfig) -> None:
+    """Placement warning and resume decisions, in one line each."""
+    configs = job_configs(config)
+    sweep.jobs = len(configs)
+    if not configs:
+        return
+    launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+    plat, cores = platform.current(), placement.visible_cores()
+    launch = placement.launch_of(launcher, len(configs), cores)
+    warning = placement.oversubscription(launch, configs[0].device.kind, gpus=plat.gpu_count,
+                                         cores=cores, threads=configs[0].bench.num_threads)
+    if warning:
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    if not configs[0].resume:
+        return
+    jobs = config_check.expand_jobs(list(config.hydra.overrides.task), True,
+                                    config_check.sweep_params(config))
+    placed = [placement.for_job(c, num, launch, jobs[num], plat.gpu_count, cores)
+              for num, c in enumerate(configs)]
+    sweep.skip_jobs = resume.finished_jobs(sweep.path, [job.plain_config(c) for c in placed],
+                                           platform.git_commit(), plat.torch_version)
+    skip, n = len(sweep.skip_jobs), len(configs)
+    err_console.print(f"resume: {skip} of {n} jobs already measured in {sweep.dir} — "
+                      f"skipping them, running {n - skip}", highlight=False, markup=False)
+
+
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep = sinks_mod.Sweep.start(Path(str(config.hydra.sweep.dir)),
-                                      list(config.hydra.overrides.task))
+        folder = Path(str(config.hydra.sweep.dir))
+        # A resumed sweep keeps its identity (and its MLflow parent run).
+        sweep = (sinks_mod.Sweep.load(folder) if config.get("resume") else None) or \
+            sinks_mod.Sweep.start(folder, list(config.hydra.overrides.task))
+        plan_sweep(sweep, config)
         targets = sinks_of(config)
         for sink in targets:
             sink.on_sweep_start(sweep)
@@ -52,6 +93,9 @@ class SweepCallback(Callback):
         folder = Path(str(config.hydra.sweep.dir)).resolve()
         sweep = sinks_mod.Sweep.load(folder) or sinks_mod.Sweep.start(folder, [])
         jobs = sinks_mod.load_jobs(folder)
+        if sweep.skip_jobs:
+            err_console.print(f"resume: {len(sweep.skip_jobs)} job(s) skipped, measured "
+                              "earlier in this folder", highlight=False, markup=False)
         for sink in sinks_of(config):
             sink.on_sweep_end(sweep, jobs)
         # The sweep's exit status, from every job's saved result (jobs may have run in

@@ -3,6 +3,7 @@ result handed to the sinks, and the process's exit status (rnnexp.exit_codes).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -23,6 +24,9 @@ from rnnexp import (
     credentials,
     exit_codes,
     job,
+    placement,
+    platform,
+    preemption,
     runner,
     schema,
     signals,
@@ -77,18 +81,37 @@ def run_job(cfg: DictConfig) -> str:
     output_dir = Path(hc.runtime.output_dir)
     sweep = sinks.Sweep.load(Path(hc.sweep.dir).resolve()) if multirun else None
     name = label(choices, ("model", "backend", "shape"))
+    if sweep is not None and hc.job.num in sweep.skip_jobs:
+        err_console.print(f"skipped: {label(choices)} was measured earlier in {sweep.dir} "
+                          "(resume=true)", highlight=False, markup=False)
+        return "skipped"
+    device_lock = contextlib.nullcontext()
     try:
         config = config_check.validated(overrides) or schema.validate(cfg)
         targets = sinks.build(OmegaConf.to_container(cfg.sinks, resolve=True))
+        if sweep is not None:  # parallel jobs divide the machine (one timing job per device)
+            cores, gpus = placement.visible_cores(), platform.current().gpu_count
+            launch = placement.launch_of(OmegaConf.to_container(hc.launcher, resolve=True),
+                                         sweep.jobs, cores)
+            config = placement.for_job(config, hc.job.num, launch, overrides, gpus, cores)
+            device_lock = placement.device_lock(config, launch, sweep.path, gpus)
     except RnnexpError as err:
         if not multirun:
             discard(output_dir)
         fail(str(err))
+    preemption.install()  # the scheduler's signals stop the measurement, not the recording
     try:
         try:
-            with RichProgress(name) as progress:
-                result = runner.run(config, choices, overrides, progress,
-                                    planned=_PLANS.pop(config_check._key(overrides), None))
+            try:
+                with device_lock, RichProgress(name) as progress:
+                    result = runner.run(config, choices, overrides, progress, output_dir,
+                                        planned=_PLANS.pop(config_check._key(overrides), None))
+            finally:
+                preemption.settle()
+        except preemption.Killed as err:
+            # Stopped by the scheduler: recorded KILLED with the reason; the sweep goes on.
+            err_console.print(f"[red]{escape(str(err))}[/]", highlight=False)
+            result = runner.not_run(config, choices, overrides, err)
         except RnnexpError as err:
             if isinstance(err, JobCrashed):
                 report_crash(name, err)

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from hydra.types import RunMode
@@ -53,7 +54,10 @@ def expand_jobs(overrides: Sequence[str], multirun: bool,
         return [user]
     keys = {o.split("=", 1)[0].lstrip("~+") for o in user}
     params = [p for p in preset_params if p.split("=", 1)[0] not in keys]
-    parsed = OverridesParser.create().parse_overrides([*params, *user])
+    # Within a Hydra context (the checks, a running sweep) `glob(*)` can list group options.
+    loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() \
+        else None
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *user])
     batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
     return [list(job) for batch in batches for job in batch]
 

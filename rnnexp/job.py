@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 from omegaconf import OmegaConf
 
-from rnnexp import memory, stats, targets
+from rnnexp import memory, profiling, stats, targets
 from rnnexp import platform as platform_mod
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, device_name, resolve_device, torch_dtype
@@ -35,6 +36,8 @@ class Plan:
     device: torch.device
     backend: Backend
     spec: WorkloadSpec
+    # The job's folder: where a profile's trace is written (bench.profile).
+    output_dir: Optional[Path] = None
 
 
 def make_backend(cfg: Config, plat: platform_mod.Platform, device: torch.device) -> Backend:
@@ -82,6 +85,12 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
         samples = measure(workload, warmup=cfg.bench.warmup, iters=cfg.bench.iters, clock=clock,
                           backward=cfg.bench.backward, progress=progress,
                           done=precision_target(cfg.bench))
+        profile = None
+        if cfg.bench.profile:  # after timing, never during
+            _step(progress, "profile")
+            profile = profiling.record(workload, p.device, cfg.bench.profile_iters,
+                                       p.output_dir or Path.cwd())
+            _step(progress, "profile", done=True)
         p.backend.finish(workload)
 
     no_backward = workload.no_backward_reason or ("" if cfg.bench.backward
@@ -108,6 +117,7 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
                           precision=cfg.bench.precision, threads=torch.get_num_threads()),
         started_at=started.isoformat(timespec="seconds"),
         duration_s=time.perf_counter() - t0,
+        profile=profile,
     )
 
 

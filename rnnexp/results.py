@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from rnnexp import stats
 from rnnexp.platform import Platform
+from rnnexp.profiling import ProfileInfo
 from rnnexp.timing import Samples
 from rnnexp.verify import Verification
 from rnnexp.workload import Work
@@ -170,6 +171,8 @@ class Result:
     started_at: str = ""
     duration_s: float = 0.0
     schema: int = SCHEMA_VERSION
+    # bench.profile=true: the trace file and the top operators (rnnexp/profiling.py).
+    profile: Optional[ProfileInfo] = None
 
     @property
     def label(self) -> str:
@@ -202,6 +205,7 @@ class Result:
             "platform": plain(self.platform), "timing": plain(self.timing),
             "git_commit": self.git_commit, "started_at": self.started_at,
             "duration_s": self.duration_s, "schema": self.schema,
+            **({"profile": asdict(self.profile)} if self.profile else {}),
         }
 
     @classmethod
@@ -223,6 +227,8 @@ class Result:
             "platform": _from_dict(Platform, platform) if platform.get("torch_version")
             else None,
             "timing": _from_dict(TimingInfo, data["timing"]) if data.get("timing") else None,
+            "profile": (_from_dict(ProfileInfo, data["profile"]) if data.get("profile")
+                        else None),
             "schema": SCHEMA_VERSION,
         })
 

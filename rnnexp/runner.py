@@ -3,6 +3,7 @@ when the backend asks for one (rnnexp.isolation) — and the records of jobs tha
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 from rnnexp import isolation, job, platform
@@ -13,10 +14,12 @@ from rnnexp.timing import Progress
 
 
 def run(cfg: Config, choices: dict[str, str], overrides: list[str],
-        progress: Optional[Progress] = None, planned: Optional[job.Plan] = None) -> Result:
+        progress: Optional[Progress] = None, output_dir: Optional[Path] = None,
+        planned: Optional[job.Plan] = None) -> Result:
     """Raises RnnexpError (one line) when the job is refused before timing, JobCrashed (one
     line) when it crashes. `planned`: the job's plan, if made already."""
     planned = planned or job.plan(cfg, choices, overrides)
+    planned.output_dir = output_dir
     result = isolation.execute(planned, progress=progress)
     result.git_commit = platform.git_commit()
     return result
@@ -26,7 +29,8 @@ def not_run(cfg: Config, choices: dict[str, str], overrides: list[str],
             err: BaseException) -> Result:
     """The record of a job that was declined, crashed or interrupted."""
     if isinstance(err, KeyboardInterrupt):
-        status, reason = INTERRUPTED, "interrupted (SIGINT)"
+        # preemption.Killed says which scheduler signal; a bare one is Ctrl-C.
+        status, reason = INTERRUPTED, str(err) or "interrupted (SIGINT)"
     elif isinstance(err, Interrupted):
         status, reason = INTERRUPTED, f"interrupted ({signal_name(err.signum)})"
     elif isinstance(err, RnnexpError) and not isinstance(err, JobCrashed):

@@ -20,6 +20,8 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
+from rnnexp import deepbench
+from rnnexp.deepbench import DeepBenchConfig
 from rnnexp.errors import ConfigError
 
 
@@ -76,10 +78,14 @@ class BenchConfig:
     # `min_iters` timed iterations ran. null: always run `iters` (fastrnns' fixed count).
     precision: Optional[float] = None
     min_iters: int = 10
+    # Record a torch.profiler trace of `profile_iters` extra iterations after timing (never
+    # during): a Chrome trace in the job folder and the top operators in results.json.
+    profile: bool = False
+    profile_iters: int = 3
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "warmup")
-        _at_least(self, 1, "iters", "num_threads")
+        _at_least(self, 1, "iters", "num_threads", "profile_iters")
         if self.precision is not None:
             if not 0 < self.precision < 1:
                 raise ConfigError("precision", f"must be in (0, 1), got {self.precision}",
@@ -220,6 +226,9 @@ class InductorConfig(BackendConfig):
     """backend=inductor: torch.compile mode."""
 
     mode: InductorMode = InductorMode["default"]
+    # Let dynamo trace nn.LSTM/nn.GRU modules (torch._dynamo.config.allow_rnn) instead of
+    # refusing them: the module itself is compiled, with its compile time and graph breaks.
+    allow_rnn: bool = False
 
 
 # The project's MLflow store: a SQLite file at the project root, as an absolute URI (a
@@ -247,6 +256,11 @@ class Config:
     sinks: Dict[str, Any] = field(default_factory=dict)
     dtype: DType = DType.float32
     seed: int = 0
+    # Re-running a sweep in its folder (hydra.sweep.dir=...): skip the jobs already measured
+    # there (status ok, same config, code version and torch version); run the rest.
+    resume: bool = False
+    # The DeepBench problem a `deepbench` option chose (rnnexp/deepbench.py); empty otherwise.
+    deepbench: DeepBenchConfig = field(default_factory=DeepBenchConfig)
 
     def __post_init__(self) -> None:
         # torch.manual_seed takes 64 bits; models derive seeds as seed + a small offset.
@@ -264,7 +278,9 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
 
 
 def register(extra: dict[str, dict[str, type]] | None = None) -> None:
-    """Store the schemas where the YAML defaults lists look for them."""
+    """Store the schemas where the YAML defaults lists look for them (and DeepBench's
+    problems as the `deepbench` group)."""
+    deepbench.register()
     cs = ConfigStore.instance()
     cs.store(name="rnnexp_schema", node=Config)
     for group, kinds in {**_GROUP_SCHEMAS, **(extra or {})}.items():

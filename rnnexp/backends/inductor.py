@@ -1,4 +1,5 @@
-"""`inductor`: torch.compile of the eager formulation (loop models are not scripted).
+"""`inductor`: torch.compile of the eager formulation (loop models are not scripted); with
+`allow_rnn=true` nn.LSTM/nn.GRU modules too (torch._dynamo.config.allow_rnn).
 
 Compilation happens in `prepare`: one forward and one backward run there, so both graphs
 are compiled before verification and timing, and the time it took is reported on its own
@@ -24,9 +25,11 @@ class Inductor(Backend):
     name = "inductor"
     AFTER_COMPILE_CALLS = 2
 
-    def __init__(self, plat: Platform, device: torch.device, mode: str = "default", **options):
+    def __init__(self, plat: Platform, device: torch.device, mode: str = "default",
+                 allow_rnn: bool = False, **options):
         super().__init__(plat, device, **options)
         self.mode = getattr(mode, "value", mode)  # an InductorMode from the schema
+        self.allow_rnn = allow_rnn
         self.compile_s: float | None = None
         self.dynamo: dict = {}
 
@@ -34,15 +37,27 @@ class Inductor(Backend):
         return False  # compile the eager formulation, never a TorchScript one
 
     def check(self, model_name: str, model: ModelConfig) -> None:
-        if model.form == "module":
-            # Dynamo does not trace nn.LSTM/GRU (allow_rnn is off; turned on, tracing fails
-            # on the CPU): the module would run eagerly under the name inductor.
+        if model.form == "module" and not self.allow_rnn:
+            # Dynamo does not trace nn.LSTM/GRU by default: the module would run eagerly
+            # under the name inductor.
             self.refuse(f"compiles cell-loop formulations; model={model_name} is an nn module "
-                        "that dynamo does not trace", loop_twin(model), "backend=aten")
+                        "that dynamo does not trace", loop_twin(model),
+                        "backend.allow_rnn=true (compile the module itself)", "backend=aten")
         # Inductor writes C++ for the CPU and builds it with the host compiler.
         if self.device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++")):
             self.refuse("needs a C++ compiler to compile for the CPU and found no g++ or c++ "
                         "(install one)", "backend=aten")
+
+    def flags_context(self) -> list:
+        if not self.allow_rnn:
+            return []
+        flags = [torch._dynamo.config.patch(allow_rnn=True)]
+        if self.device.type == "cpu":
+            # With oneDNN on, nn.LSTM dispatches to aten.mkldnn_rnn_layer, which inductor
+            # cannot lower in torch 2.13 ("expected Tensor() for op ... mkldnn_rnn_layer");
+            # off, the module decomposes to the native RNN ops inductor compiles.
+            flags.append(torch.backends.mkldnn.flags(enabled=False))
+        return flags
 
     def prepare(self, workload: Workload) -> Workload:
         torch._dynamo.reset()  # a fresh cache: what is compiled here is this model
@@ -62,15 +77,16 @@ class Inductor(Backend):
                        # A hit in inductor's on-disk cache makes compile_s short.
                        "fx_cache_hits": int(counters["inductor"].get("fxgraph_cache_hit", 0))}
         if not self.dynamo["graphs"]:
-            # Dynamo ran the whole model eagerly (nn.LSTM/GRU are not traced by default, and
-            # tracing them fails on CPU): timing it would be eager under the name inductor.
+            # Dynamo ran the whole model eagerly (nn.LSTM/GRU are not traced without
+            # allow_rnn): timing it would be eager under the name inductor.
             why = next(iter(counters["graph_break"]), "no graph captured")
             self.refuse(f"compiled nothing for this model (dynamo: {why.splitlines()[0]})",
                         "backend=aten", "a loop model such as model=py")
         return workload
 
     def info(self) -> dict:
-        return {**super().info(), "mode": self.mode, "compile_s": self.compile_s,
+        rnn = {"allow_rnn": True, "onednn": self.device.type != "cpu"} if self.allow_rnn else {}
+        return {**super().info(), "mode": self.mode, "compile_s": self.compile_s, **rnn,
                 "warm_runs": self.AFTER_COMPILE_CALLS,
                 # compile_s includes the first forward+backward run it took to compile.
                 "compile_includes": "first forward+backward", **self.dynamo}

@@ -34,6 +34,10 @@ class Sweep:
     overrides: list[str] = field(default_factory=list)
     started: str = field(default_factory=lambda: datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
     state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # How many jobs the sweep has (placement divides the machine between them), and those a
+    # resumed sweep skips because its folder already holds their measurement.
+    jobs: int = 0
+    skip_jobs: list[int] = field(default_factory=list)
 
     @property
     def path(self) -> Path:

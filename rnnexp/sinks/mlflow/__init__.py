@@ -47,11 +47,15 @@ class Mlflow(Sink):
 
     def on_sweep_start(self, sweep: Sweep) -> None:
         state = sweep.state.setdefault(self.name, {"run_id": None})
+        state.pop("offline", None)
         try:
             # Store and experiment exist before any job starts: parallel jobs on a fresh
             # SQLite file would race on its schema migration.
             with self.client() as (client, exp_id):
-                state["run_id"] = runs.open_parent(client, exp_id, sweep, platform.git_commit())
+                # A resumed sweep goes on under its parent run, if this store holds it.
+                if not (state["run_id"] and runs.reopen_parent(client, state["run_id"])):
+                    state["run_id"] = runs.open_parent(client, exp_id, sweep,
+                                                       platform.git_commit())
         except Exception as err:
             store.warn_offline(self.uri, err, sweep.path)
             # Jobs then skip the store instead of each waiting on it and warning again.

@@ -160,6 +160,9 @@ def log_result(client, exp_id: str, result: Result, output_dir: Path,
         if (output_dir / ".hydra").is_dir():
             client.log_artifacts(run_id, str(output_dir / ".hydra"), ".hydra")
         client.log_artifact(run_id, str(output_dir / RESULTS_FILE))
+        if result.profile and (output_dir / result.profile.trace).is_file():
+            trace = output_dir / result.profile.trace
+            client.log_artifact(run_id, str(trace), str(Path(result.profile.trace).parent))
         client.log_batch(run_id, tags=[RunTag(TAG_RESULT_ID, rid)])
         end = start + int(result.duration_s * 1000) if result.started_at else None
         client.set_terminated(run_id, status=run_status(result), end_time=end)
@@ -178,6 +181,18 @@ def open_parent(client, exp_id: str, sweep: Sweep, git_commit: str) -> str:
         TAG_KIND: "sweep", TAG_SWEEP_ID: sweep.sweep_id, "overrides": " ".join(sweep.overrides),
         "sweep_dir": sweep.dir, "git_commit": git_commit, "mlflow.source.name": "rnnexp"})
     return run.info.run_id
+
+
+def reopen_parent(client, run_id: str) -> bool:
+    """Set a sweep's earlier parent run RUNNING again; False if this store lacks it."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        return False
+    client.update_run(run_id, status="RUNNING")
+    return True
 
 
 def find_parent(client, exp_id: str, sweep_id: str) -> Optional[str]:
