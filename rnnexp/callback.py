@@ -3,11 +3,11 @@ and decides, once for all jobs, what they share: how the machine is divided betw
 jobs (rnnexp.placement) and, with `resume=true`, which jobs already ran (rnnexp.resume).
 
 Registered in conf/config.yaml under hydra.callbacks. The multirun events run in the
-launching process, before any job is submitted (the launching process exits with the status
-the sweep's end decides); jobs (in that process with the basic
-launcher, in workers with joblib, in their own processes or cluster nodes with submitit) read
-the `Sweep` — with what each sink keeps for them — from the sweep folder, which works for
-every launcher that shares the filesystem and leaves no state behind in the process.
+launching process, before any job is submitted, and it exits with the status the sweep's
+end decides; jobs (in that process with the basic launcher, in workers with joblib, in their
+own processes or cluster nodes with submitit) read the `Sweep` — with what each sink keeps
+for them — from the sweep folder, which works for every launcher that shares the filesystem
+and leaves no state behind in the process.
 """
 
 from __future__ import annotations
@@ -21,7 +21,19 @@ from omegaconf import DictConfig, OmegaConf
 from rnnexp import config_check, exit_codes, job, placement, platform, resume
 from rnnexp import sinks as sinks_mod
 from rnnexp.report import err_console, print_error
-from rnnexp.results import FAILED_STATUSES
+from rnnexp.results import FAILED_STATUSES, Result
+
+# The sweep this process is running, from its start to its end: a signal that arrives
+# outside any job (between jobs, in Hydra's own code) still ends its parent run.
+_active: list[tuple[list[sinks_mod.Sink], sinks_mod.Sweep]] = []
+
+
+def abort_active(result: Result) -> None:
+    """Tell the sinks that the running sweep (if any) was cut short, with `result`'s status."""
+    while _active:
+        targets, sweep = _active.pop()
+        for sink in targets:
+            sink.on_abort(sweep, result)
 
 
 def sinks_of(config: DictConfig) -> list[sinks_mod.Sink]:
@@ -70,11 +82,14 @@ class SweepCallback(Callback):
         sweep = (sinks_mod.Sweep.load(folder) if config.get("resume") else None) or \
             sinks_mod.Sweep.start(folder, list(config.hydra.overrides.task))
         plan_sweep(sweep, config)
-        for sink in sinks_of(config):
+        targets = sinks_of(config)
+        for sink in targets:
             sink.on_sweep_start(sweep)
         sweep.save()
+        _active[:] = [(targets, sweep)]
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        _active.clear()
         folder = Path(str(config.hydra.sweep.dir)).resolve()
         sweep = sinks_mod.Sweep.load(folder) or sinks_mod.Sweep.start(folder, [])
         jobs = sinks_mod.load_jobs(folder)

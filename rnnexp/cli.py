@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
 from rnnexp import (
+    callback,
     config_check,
     credentials,
     exit_codes,
@@ -32,7 +33,7 @@ from rnnexp import (
 )
 from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
 from rnnexp.report import RichProgress, err_console, print_error
-from rnnexp.results import RESULTS_FILE, Result, label
+from rnnexp.results import INTERRUPTED, RESULTS_FILE, Result, label
 
 EXIT_USER_ERROR = exit_codes.USER_ERROR
 FULL_ERROR_ENV = "HYDRA_FULL_ERROR"
@@ -78,11 +79,11 @@ def run_job(cfg: DictConfig) -> str:
     overrides = list(hc.overrides.task)
     output_dir = Path(hc.runtime.output_dir)
     sweep = sinks.Sweep.load(Path(hc.sweep.dir).resolve()) if multirun else None
+    name = label(choices, ("model", "backend", "shape"))
     if sweep is not None and hc.job.num in sweep.skip_jobs:
         err_console.print(f"skipped: {label(choices)} was measured earlier in {sweep.dir} "
                           "(resume=true)", highlight=False, markup=False)
         return "skipped"
-    name = label(choices, ("model", "backend", "shape"))
     device_lock = contextlib.nullcontext()
     try:
         config = config_check.validated(overrides) or schema.validate(cfg)
@@ -130,6 +131,7 @@ def run_job(cfg: DictConfig) -> str:
         if sweep is not None:
             for sink in targets:
                 sink.on_abort(sweep, killed)
+        err.recorded = True  # type: ignore[union-attr]
         raise
     if not multirun:
         exit_codes.set_pending(exit_codes.for_statuses([result.status]))
@@ -191,6 +193,10 @@ def main() -> None:
         hydra_main()
     except (KeyboardInterrupt, Interrupted) as err:
         signum = err.signum if isinstance(err, Interrupted) else 2
+        if not getattr(err, "recorded", False):  # outside any job: end the sweep's parent
+            callback.abort_active(Result(choices={}, overrides=[], config={},
+                                         status=INTERRUPTED,
+                                         reason=f"interrupted ({signal_name(signum)})"))
         print_error(f"interrupted by {signal_name(signum)} — the current run is recorded "
                     f"as killed")
         sys.exit(signals.exit_code(err))

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rnnexp.credentials import redact
 from rnnexp.results import OK, PhaseStats, Result, format_ms
 
 # Logs and CI are not terminals; give tables room there instead of rich's 80 columns.
@@ -17,8 +18,10 @@ err_console = Console(stderr=True, width=None if Console(stderr=True).is_termina
 
 
 def print_error(message: str) -> None:
-    """The one line every command prints for a problem the user can fix."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    """The one line every command prints for a problem the user can fix (URI credentials
+    redacted)."""
+    err_console.print(f"[bold red]error:[/] {escape(redact(message))}", highlight=False,
+                      soft_wrap=True)
 
 
 class RichProgress:

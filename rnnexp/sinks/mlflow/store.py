@@ -13,6 +13,7 @@ from filelock import FileLock
 from rich.markup import escape
 
 from rnnexp.credentials import redact
+from rnnexp.credentials import take as take_credentials
 from rnnexp.errors import RnnexpError
 
 # Alembic and MLflow log every schema migration of a fresh SQLite store at INFO.
@@ -78,6 +79,7 @@ def connect(uri: str, experiment: str, create: bool = True):
     (several single runs started together on a fresh SQLite store), and a concurrent
     creator's experiment is picked up if create_experiment loses (a server).
     """
+    uri = take_credentials(uri)  # userinfo → MLflow's credential variables
     path = sqlite_path(uri)
     if path is not None:
         if not create and not path.exists():

@@ -1,0 +1,240 @@
+"""One test per fault a hostile config or a hostile world can cause: signals with an isolated
+child, concurrent first use of a store, a crash and an out-of-memory inside a sweep, a
+failed verification, a password in a tracking URI. Real processes, real MLflow stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from rnnexp import credentials, exit_codes, memory
+from rnnexp.errors import ConfigError
+from rnnexp.results import CRASHED, INVALID, OK, UNSUPPORTED
+from rnnexp.schema import validate
+from tests.conftest import ROOT, TINY, compose_cfg, load_results
+
+FAULTY = "tests.faulty_models"
+
+
+def start(*args: str, tmp: Path, env: dict | None = None) -> subprocess.Popen:
+    full_env = {**os.environ, "PYTHONWARNINGS": "ignore", "RNNEXP_TARGETS": "tests",
+                "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db", **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "rnnexp", *args], cwd=ROOT, env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run(*args: str, tmp: Path, env: dict | None = None, timeout: float = 600):
+    proc = start(*args, tmp=tmp, env=env)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def runs_in(uri: str) -> list:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("rnnexp")
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+def isolated_child(parent: psutil.Process, timeout: float = 180) -> psutil.Process:
+    """The spawned job process (not multiprocessing's resource tracker), once it is timing."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for child in parent.children(recursive=True):
+            cmd = " ".join(child.cmdline())
+            if "spawn_main" in cmd and "resource_tracker" not in cmd:
+                return child
+        time.sleep(0.2)
+    raise AssertionError("the isolated job process never started")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_kills_the_isolated_child_and_records_killed(signum, tmp_path):
+    proc = start("-m", "model=jit", "backend=jit", "shape=small", "bench.warmup=0",
+                 "bench.iters=10000000", "bench.verify=false", "seed=0,1",
+                 f"hydra.sweep.dir={tmp_path}/sweep", tmp=tmp_path)
+    parent = psutil.Process(proc.pid)
+    child = isolated_child(parent)
+    time.sleep(2)  # well inside the timed loop
+    family = [child, *parent.children(recursive=True)]
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == exit_codes.for_signal(signum)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines == [f"error: interrupted by {signal.Signals(signum).name} — the current run "
+                     f"is recorded as killed"]
+    time.sleep(0.5)
+    alive = [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], "orphaned processes"
+    runs = runs_in(f"sqlite:///{tmp_path}/mlflow.db")
+    by_kind = {r.data.tags["rnnexp.kind"]: r for r in runs}
+    assert len(runs) == 2  # the parent and the interrupted job; the second job never ran
+    assert by_kind["job"].info.status == "KILLED"
+    assert by_kind["job"].data.tags["status"] == "interrupted"
+    assert by_kind["sweep"].info.status == "KILLED"
+
+
+def test_concurrent_first_runs_on_a_fresh_store_are_all_recorded(tmp_path):
+    uri = f"sqlite:///{tmp_path}/fresh.db"
+    procs = [start(*TINY, f"seed={i}", f"hydra.run.dir={tmp_path}/run{i}", tmp=tmp_path,
+                   env={"MLFLOW_TRACKING_URI": uri}) for i in range(3)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        assert "not reachable" not in err
+    runs = runs_in(uri)
+    assert sorted(r.data.params["seed"] for r in runs) == ["0", "1", "2"]
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_sweep_mixing_good_unsupported_too_large_crashing_and_wrong_jobs(tmp_path):
+    """Every job recorded with its status, one line per crash with the real exception, the
+    sweep goes on to its summary, the parent ends FAILED after the last job, exit 1."""
+    code, out, err = run(
+        "-m", *TINY, f"model.build._target_=rnnexp.models.native.lstm,{FAULTY}.crashing,"
+        f"{FAULTY}.wrong", "backend=aten,cudnn", "shape.hidden_size=32,900000",
+        f"hydra.sweep.dir={tmp_path}/sweep", tmp=tmp_path)
+    assert code == exit_codes.JOB_FAILED, err
+    assert "Traceback" not in out + err
+    crash_lines = [ln for ln in err.splitlines() if ln.startswith("crashed:")]
+    assert crash_lines == ["crashed: lstm·aten·small: ValueError: planted crash in the model "
+                           "factory"]
+    results = [load_results(p.parent) for p in sorted((tmp_path / "sweep").glob(
+        "*/results.json"))]
+    assert len(results) == 12
+    statuses = sorted(r["status"] for r in results)
+    assert statuses == sorted([OK, CRASHED, INVALID] + [UNSUPPORTED] * 9)
+    too_large = [r for r in results if "shape.hidden_size=900000" in r["reason"]]
+    assert len(too_large) == 3 and all(r["status"] == UNSUPPORTED for r in too_large)
+    crashed = next(r for r in results if r["status"] == CRASHED)
+    assert crashed["reason"] == "ValueError: planted crash in the model factory"
+    # A wrong result carries no rates anywhere.
+    invalid = next(r for r in results if r["status"] == INVALID)
+    for phase in invalid["phases"].values():
+        if "median_ms" in phase:
+            assert phase["tokens_per_s"] is None and phase["gflops"] is None
+            assert phase["gbps"] is None
+    summary = json.loads((tmp_path / "sweep/summary/summary.json").read_text())
+    assert len(summary) == 12
+    assert (tmp_path / "sweep/summary/fwd_bwd.png").exists()
+    assert out.count("rnnexp sweep: 12 jobs") == 1
+    runs = runs_in(f"sqlite:///{tmp_path}/mlflow.db")
+    parent = next(r for r in runs if r.data.tags["rnnexp.kind"] == "sweep")
+    jobs = [r for r in runs if r.data.tags["rnnexp.kind"] == "job"]
+    assert len(jobs) == 12
+    assert parent.info.status == "FAILED"
+    assert parent.info.end_time >= max(r.info.end_time for r in jobs)
+    wrong = next(r for r in jobs if r.data.tags["status"] == INVALID)
+    assert not [k for k in wrong.data.metrics if k.endswith(("tokens_per_s", "gflops", "gbps"))]
+    assert next(r for r in jobs if r.data.tags["status"] == CRASHED).info.status == "FAILED"
+
+
+def test_crash_in_an_isolated_child_reports_the_real_exception(tmp_path):
+    code, out, err = run(*TINY, "model=jit", "backend=jit",
+                         f"model.build._target_={FAULTY}.crashing",
+                         f"hydra.run.dir={tmp_path}/run", tmp=tmp_path)
+    assert code == exit_codes.JOB_FAILED
+    assert "Traceback" not in err
+    assert [ln for ln in err.splitlines() if ln.strip()] == [
+        "crashed: jit·jit·small: ValueError: planted crash in the model factory"]
+    data = load_results(tmp_path / "run")
+    assert (data["status"], data["reason"]) == (CRASHED, "ValueError: planted crash in the "
+                                                         "model factory")
+    (run_,) = runs_in(f"sqlite:///{tmp_path}/mlflow.db")
+    assert run_.info.status == "FAILED"
+
+
+def test_out_of_memory_is_one_job_failure_and_the_sweep_goes_on(tmp_path):
+    code, out, err = run("-m", *TINY, f"model.build._target_={FAULTY}.out_of_memory,"
+                         "rnnexp.models.native.lstm", f"hydra.sweep.dir={tmp_path}/sweep",
+                         tmp=tmp_path)
+    assert code == exit_codes.JOB_FAILED
+    first, second = (load_results(tmp_path / f"sweep/{i}") for i in (0, 1))
+    assert first["status"] == CRASHED
+    assert first["reason"].startswith("out of memory at shape.seq_len=8, shape.batch_size=4")
+    assert "can't allocate memory" in first["reason"]
+    assert second["status"] == OK
+
+
+def test_failed_verification_exits_1_with_no_rates_anywhere(tmp_path):
+    code, out, err = run(*TINY, f"model.build._target_={FAULTY}.wrong", "+sinks=fastrnns",
+                         f"hydra.run.dir={tmp_path}/run", tmp=tmp_path)
+    assert code == exit_codes.JOB_FAILED
+    data = load_results(tmp_path / "run")
+    assert data["status"] == INVALID
+    assert all(p.get("tokens_per_s") is None and p.get("gflops") is None
+               for p in data["phases"].values())
+    assert "{}" in out.splitlines()  # fastrnns JSON: nothing
+    (run_,) = runs_in(f"sqlite:///{tmp_path}/mlflow.db")
+    assert run_.info.status == "FAILED"
+    assert not [k for k in run_.data.metrics if k.endswith(("tokens_per_s", "gflops", "gbps"))]
+
+
+def test_password_in_a_tracking_uri_is_written_nowhere(tmp_path):
+    secret = "s3cr3t-pw"
+    code, out, err = run(*TINY, f"sinks.mlflow.uri=http://alice:{secret}@127.0.0.1:9/",
+                         f"hydra.run.dir={tmp_path}/run", tmp=tmp_path)
+    assert code == 0, err
+    assert "not reachable" in err  # the store is down: kept for sync
+    code, out2, err2 = run("-m", *TINY, "seed=1,2", f"hydra.sweep.dir={tmp_path}/sweep",
+                           tmp=tmp_path,
+                           env={"MLFLOW_TRACKING_URI": f"http://bob:{secret}@127.0.0.1:9"})
+    assert code == 0, err2
+    store = tmp_path / "synced.db"
+    for folder in ("run", "sweep"):
+        sync = subprocess.run([sys.executable, "-m", "rnnexp.sync", str(tmp_path / folder),
+                               "--tracking-uri", f"sqlite:///{store}"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert sync.returncode == 0, sync.stderr
+        assert secret not in sync.stdout + sync.stderr
+    assert len(runs_in(f"sqlite:///{store}")) == 4  # 1 run + a sweep's parent and 2 jobs
+    assert secret not in out + err + out2 + err2
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) > 20 and store in files
+    leaked = [str(p) for p in files if secret.encode() in p.read_bytes()
+              or b"alice" in p.read_bytes() or b"bob:" in p.read_bytes()]
+    assert leaked == []
+
+
+def test_credentials_leave_the_uri():
+    saved = {k: os.environ.get(k) for k in (credentials.USERNAME_ENV, credentials.PASSWORD_ENV)}
+    try:
+        assert credentials.take("sinks.mlflow.uri=https://u%40x:p%3Aw@h:5000/x") == \
+            "sinks.mlflow.uri=https://h:5000/x"
+        assert os.environ[credentials.USERNAME_ENV] == "u@x"
+        assert os.environ[credentials.PASSWORD_ENV] == "p:w"
+        assert credentials.redact("store http://a:b@h/ and sqlite:////x.db") == \
+            "store http://***@h/ and sqlite:////x.db"
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.update({key: value})
+
+
+def test_memory_estimate_decides_by_what_is_free():
+    cfg = validate(compose_cfg(["shape=default", "device=cuda"]))
+    est = memory.estimate(cfg)
+    assert 1 << 20 < est.device_bytes < 2 << 30  # the fastrnns default shape: ~MBs, not GBs
+    gpu = torch.device("cuda", 0)
+    memory.check(cfg, gpu, free={"device": 80 << 30, "host": 64 << 30})
+    with pytest.raises(ConfigError, match=r"^shape: needs about .* of memory on cuda:0 free"):
+        memory.check(cfg, gpu, free={"device": est.device_bytes - 1, "host": 64 << 30})
+    with pytest.raises(ConfigError, match="of RAM free"):
+        memory.check(cfg, gpu, free={"device": 80 << 30, "host": est.host_bytes - 1})
+
+
+def test_exit_status_of_a_set_of_jobs():
+    assert exit_codes.for_statuses([OK, UNSUPPORTED]) == exit_codes.OK
+    assert exit_codes.for_statuses([OK, INVALID]) == exit_codes.JOB_FAILED
+    assert exit_codes.for_statuses([CRASHED]) == exit_codes.JOB_FAILED
+    assert (exit_codes.SIGINT, exit_codes.SIGTERM) == (130, 143)
+    assert len({exit_codes.OK, exit_codes.JOB_FAILED, exit_codes.USER_ERROR,
+                exit_codes.REGRESSION, exit_codes.SIGINT, exit_codes.SIGTERM}) == 6
