@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from rnnexp import stats
+from rnnexp.environment import Environment
 from rnnexp.platform import Platform
 from rnnexp.timing import Samples
 from rnnexp.verify import Verification
@@ -27,6 +28,7 @@ SCHEMA_VERSION = 2
 # Status of a job.
 OK = "ok"  # timed, verified (or verification skipped on request)
 INVALID = "verification_failed"  # timed numbers exist but are not a valid result
+RECOMPILED = "recompiled"  # something was compiled inside the timed iterations: not the kernel
 UNSUPPORTED = "unsupported"  # declined before any timing, with a reason
 CRASHED = "crashed"  # an exception stopped the job
 INTERRUPTED = "interrupted"  # Ctrl-C
@@ -160,6 +162,8 @@ class Result:
     phases: dict[str, PhaseStats] = field(default_factory=dict)
     platform: Optional[Platform] = None
     timing: Optional[TimingInfo] = None
+    # What decides whether the timings can be trusted: load, other busy processes, threads.
+    environment: Optional[Environment] = None
     git_commit: str = ""
     started_at: str = ""
     duration_s: float = 0.0
@@ -194,6 +198,7 @@ class Result:
             "verification": plain(self.verification), "work": plain(self.work),
             "phases": {k: p.to_json() for k, p in self.phases.items()},
             "platform": plain(self.platform), "timing": plain(self.timing),
+            "environment": plain(self.environment) or None,
             "git_commit": self.git_commit, "started_at": self.started_at,
             "duration_s": self.duration_s, "schema": self.schema,
         }
@@ -217,6 +222,8 @@ class Result:
             "platform": _from_dict(Platform, platform) if platform.get("torch_version")
             else None,
             "timing": _from_dict(TimingInfo, data["timing"]) if data.get("timing") else None,
+            "environment": (Environment.from_json(data["environment"])
+                            if data.get("environment") else None),
             "schema": SCHEMA_VERSION,
         })
 
@@ -244,6 +251,13 @@ def phase_stats(samples: Samples, work: Work, no_backward_reason: str = ""
     else:
         phases["backward"] = PhaseStats(not_applicable=no_backward_reason or "not timed")
     return phases
+
+
+def without_rates(phases: dict[str, PhaseStats]) -> dict[str, PhaseStats]:
+    """The phases of a result that is not a valid timing: samples and statistics stay for
+    diagnosis, rates go, so nothing downstream can present them as throughput."""
+    return {k: dataclasses.replace(p, tokens_per_s=None, gflops=None, gbps=None)
+            for k, p in phases.items()}
 
 
 @dataclass
