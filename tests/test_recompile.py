@@ -3,13 +3,13 @@
 
 import pytest
 import torch
-from conftest import TINY, load_results
 
 from rnnexp import job
 from rnnexp.backends.scripting import UNFUSED, ScriptedRun
 from rnnexp.config_check import check
 from rnnexp.results import OK, RECOMPILED, Result
 from rnnexp.workload import Work, Workload
+from tests.conftest import TINY, load_results
 
 
 def _execute(overrides: list[str], choices: dict[str, str]) -> Result:
