@@ -26,7 +26,7 @@ from rich.table import Table
 
 from rnnexp import significance, summary, sweeps
 from rnnexp.errors import RnnexpError
-from rnnexp.report import console, print_error
+from rnnexp.report import console, print_error, print_warning
 from rnnexp.results import OK, format_ms, label
 from rnnexp.schema import default_store_uri
 from rnnexp.significance import Difference
@@ -190,7 +190,8 @@ def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, t
     if bases is not None:
         caption += ("; vs baseline: speedup = baseline median ÷ median (>1 is faster) with its "
                     "95% interval; ~ = no significant difference of at least --min-effect "
-                    "(Mann-Whitney U, Holm-corrected)")
+                    "(Mann-Whitney U, Holm-corrected); ! = a run of this cell was timed on a "
+                    "machine flagged busy, oversubscribed or with high spread")
     t = Table(title=title, caption=caption)
     for k in keys:
         t.add_column(k)
@@ -211,11 +212,23 @@ def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, t
             row.append(format_ms(median(r, p), getattr(r.row, f"{p}_iqr_ms")))
             if bases is not None:
                 d = cells.get((i, p))
-                row.append("base" if base is r else d.cell() if d else "—")
+                mark = " !" if d and (flagged(r) or flagged(base)) else ""
+                row.append("base" if base is r else d.cell() + mark if d else "—")
         status = "[green]ok[/]" if r.row.status == OK else \
             f"[yellow]{escape(r.row.status)}[/]: {escape(r.row.reason)}"
         t.add_row(*row, status)
     return t
+
+
+def flagged(run: Optional[Run]) -> bool:
+    return bool(run and run.flags)
+
+
+def doubtful_cells(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells) -> int:
+    """How many cells involve a run whose environment was flagged."""
+    if bases is None:
+        return 0
+    return sum(flagged(runs[i]) or flagged(bases[i]) for i, _ in cells)
 
 
 def regressions(runs: list[Run], cells: Cells, pct: float) -> list[str]:
@@ -257,6 +270,11 @@ def compare(args: argparse.Namespace) -> int:
                 stores.client.log_artifact(sweep.run_id, str(png), "compare")
                 where = f" (also logged to run {sweep.run_id} under compare/)"
             console.print(f"chart: {png}{where}", highlight=False)
+    doubtful = doubtful_cells(runs, bases, cells)
+    if doubtful:
+        print_warning(f"{doubtful} of {len(cells)} cells (marked !) compare runs timed on a "
+                      "machine flagged busy, oversubscribed or with high spread: their "
+                      "differences may come from the machine — rerun with bench.quiet=wait")
     if args.fail_on_regression is not None:
         found = regressions(runs, cells, args.fail_on_regression)
         for line in found:

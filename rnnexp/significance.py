@@ -3,8 +3,9 @@ with a bootstrap 95% interval, a Mann-Whitney U rank test, and Holm's correction
 number of comparisons made at once (scipy does the statistics; Holm's step-down is a few
 lines, scipy has no Holm and statsmodels would be a heavy dependency for it).
 
-A difference counts only if it is significant after correction *and* at least `min_effect`
-large; anything else is "~" (no difference shown), so noise is never presented as a speedup.
+A difference counts only if it is significant after correction, its interval excludes 1, and
+it is at least `min_effect` large; anything else is "~" (no difference shown), so noise is
+never presented as a speedup.
 """
 
 from __future__ import annotations
@@ -100,5 +101,8 @@ def judge(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
     diffs = [difference(a, b) for a, b in pairs]
     for d, p in zip(diffs, holm([d.p for d in diffs]), strict=True):
         d.p_holm = p
-        d.real = p < alpha and abs(d.speedup - 1) >= min_effect
+        # The interval must agree: the U test asks whether one side tends to be larger, the
+        # interval whether the medians differ; a cell shows a speedup only if both say so.
+        excludes_one = not (d.low <= 1 <= d.high)  # nan bounds (too few samples): no say
+        d.real = p < alpha and excludes_one and abs(d.speedup - 1) >= min_effect
     return diffs

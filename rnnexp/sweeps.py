@@ -25,6 +25,8 @@ class Run:
     # The resolved config flattened (shape.hidden_size, ...) and the group choices: what
     # decides which runs of two sweeps measure the same configuration.
     config: dict[str, str] = field(default_factory=dict)
+    # The environment flags the run was timed with (busy, oversubscribed, high_spread, ...).
+    flags: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -53,7 +55,8 @@ def from_folder(folder: Path) -> Sweep:
         config.update({g: str(v) for g, v in result.choices.items()})
         found.append(Run(row=Row.of(str(path.relative_to(folder)) or ".", result),
                          samples={p: list(result.phase(name).samples_ms) for p, name in PHASES},
-                         config=comparable(config)))
+                         config=comparable(config),
+                         flags=list(result.environment.flags) if result.environment else []))
     return Sweep(name=str(folder), runs=found)
 
 
@@ -93,7 +96,9 @@ def from_store(client, exp_id: str, name: Optional[str]) -> Sweep:
             if m.get(series) is not None:
                 history = client.get_metric_history(run.info.run_id, series)
                 samples[p] = [x.value for x in sorted(history, key=lambda x: x.step)]
-        out.append(Run(row=row, samples=samples, config=comparable(dict(run.data.params))))
+        flags = run.data.tags.get("env.flags", "none")
+        out.append(Run(row=row, samples=samples, config=comparable(dict(run.data.params)),
+                       flags=[] if flags == "none" else flags.split(",")))
     if not out:
         raise RnnexpError(f"sweep '{parent.info.run_name}' has no job runs (yet)")
     return Sweep(name=f"{parent.info.run_name}  ({parent.info.run_id})",

@@ -12,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rnnexp import compare, significance
+from rnnexp.environment import BUSY, Environment
 from rnnexp.results import OK, Result, phase_stats
 from rnnexp.sinks import load_jobs
 from rnnexp.timing import Samples
@@ -40,9 +41,11 @@ def real_sweep(tmp_path_factory):
     return tmp / "sweep"
 
 
-def with_samples(src: Path, dst: Path, seed: int, slower: dict[str, float]) -> Path:
+def with_samples(src: Path, dst: Path, seed: int, slower: dict[str, float],
+                 flags: tuple[str, ...] = ()) -> Path:
     """A copy of a real sweep folder whose samples are replaced by synthetic ones: lognormal
-    around 1 ms (5% spread), times `slower[model]` for the named models."""
+    around 1 ms (5% spread), times `slower[model]` for the named models; the machine record
+    says what `flags` say (not what the real run met)."""
     shutil.copytree(src, dst)
     rng = np.random.default_rng(seed)
     for folder, result in load_jobs(dst):
@@ -50,6 +53,7 @@ def with_samples(src: Path, dst: Path, seed: int, slower: dict[str, float]) -> P
         fwd = (factor * rng.lognormal(0.0, 0.05, N)).tolist()
         bwd = (2 * factor * rng.lognormal(0.0, 0.05, N)).tolist()
         result.phases = phase_stats(Samples(fwd, bwd), result.work)
+        result.environment = Environment(flags=list(flags), warnings=list(flags))
         result.save(folder)
     return dst
 
@@ -83,11 +87,15 @@ def test_an_injected_slowdown_trips_the_gate(real_sweep, tmp_path, capsys):
 def test_an_a_a_comparison_of_identical_distributions_does_not_trip(real_sweep, tmp_path,
                                                                     capsys):
     a = with_samples(real_sweep, tmp_path / "a", seed=3, slower={})
-    b = with_samples(real_sweep, tmp_path / "b", seed=4, slower={})
+    b = with_samples(real_sweep, tmp_path / "b", seed=4, slower={}, flags=(BUSY,))
     rc, out, err = run_compare(capsys, str(b), "--against", str(a), "--fail-on-regression",
                                "1", "--min-effect", "0", "--output", str(tmp_path / "c.png"))
     assert rc == 0, err
-    assert "regression" not in err and "×" not in out.split("median ± IQR/2")[0]
+    body = out.split("median ± IQR/2")[0]
+    assert "regression" not in err and "×" not in body and body.count("~ !") == 4
+    # b was timed on a busy machine: said once, every cell marked.
+    (line,) = err.strip().splitlines()
+    assert line.startswith("warning: 4 of 4 cells (marked !) compare runs timed on a machine")
 
 
 def test_a_a_false_alarms_stay_within_the_error_rate():
