@@ -53,9 +53,9 @@ class Look:
     other_cores: float = 0.0  # CPU used by processes outside this job, in cores
     top: list[str] = field(default_factory=list)  # the busiest of them, "name[pid] 97%"
 
-    def summary(self) -> str:
+    def summary(self, cores: int) -> str:
         top = f" ({', '.join(self.top)})" if self.top else ""
-        return f"other processes used {self.other_cores:.1f} cores{top}"
+        return f"other processes used {self.other_cores:.1f} of {cores} cores{top}"
 
 
 @dataclass
@@ -123,12 +123,12 @@ def _our_processes() -> set[int]:
     return pids
 
 
-def look(seconds: float = LOOK_S) -> Look:
-    """Load average and the CPU other processes use over `seconds` (psutil)."""
-    ours = _our_processes()
+def cpu_by_process(seconds: float, exclude: set[int]) -> list[tuple[float, str]]:
+    """(% of one core, "name[pid]") of every process not excluded, over `seconds`, busiest
+    first."""
     procs = []
     for p in psutil.process_iter(["name"]):
-        if p.pid in ours:
+        if p.pid in exclude:
             continue
         try:
             p.cpu_percent(None)  # primes the counter; the next call covers the interval
@@ -142,7 +142,12 @@ def look(seconds: float = LOOK_S) -> Look:
             used.append((p.cpu_percent(None), f"{p.info.get('name') or '?'}[{p.pid}]"))
         except psutil.Error:
             continue
-    used.sort(reverse=True)
+    return sorted(used, reverse=True)
+
+
+def look(seconds: float = LOOK_S) -> Look:
+    """Load average and the CPU other processes use over `seconds` (psutil)."""
+    used = cpu_by_process(seconds, _our_processes())
     try:
         load = tuple(round(x, 2) for x in os.getloadavg())
     except OSError:
@@ -154,7 +159,7 @@ def look(seconds: float = LOOK_S) -> Look:
 def busy_reason(seen: Look, cores: int) -> str:
     """Why the machine counts as busy, or "" when it does not."""
     if seen.other_cores >= max(BUSY_CORES, BUSY_SHARE * cores):
-        return f"machine busy: {seen.summary()} of {cores}"
+        return f"machine busy: {seen.summary(cores)}"
     return ""
 
 

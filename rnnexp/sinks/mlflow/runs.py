@@ -112,7 +112,7 @@ def environment_tags(result: Result) -> dict[str, str]:
             "env.quiet": env.quiet}
     for when, seen in (("before", env.before), ("after", env.after)):
         if seen is not None:
-            tags[f"env.busy_{when}"] = seen.summary()
+            tags[f"env.busy_{when}"] = seen.summary(env.cores)
     if env.gpu:
         tags["env.gpu"] = json.dumps(env.gpu, default=str)
     return tags
