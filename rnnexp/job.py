@@ -16,11 +16,20 @@ from typing import Any, Callable, Optional
 import torch
 from omegaconf import OmegaConf
 
-from rnnexp import memory, profiling, stats, targets
+from rnnexp import environment, memory, profiling, stats, targets
 from rnnexp import platform as platform_mod
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, device_name, resolve_device, torch_dtype
-from rnnexp.results import INVALID, OK, BackendInfo, Result, TimingInfo, phase_stats
+from rnnexp.results import (
+    INVALID,
+    OK,
+    RECOMPILED,
+    BackendInfo,
+    Result,
+    TimingInfo,
+    phase_stats,
+    without_rates,
+)
 from rnnexp.schema import BenchConfig, Config
 from rnnexp.timing import Progress, Samples, clock_for, measure
 from rnnexp.verify import Verification, verify
@@ -81,10 +90,18 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
             _step(progress, "verify", done=True)
         else:
             verification = Verification("skipped", detail="bench.verify=false")
+        env = environment.machine(p.plat.cpu_name)
+        env.quiet = cfg.bench.quiet.value
+        # Other processes are looked at right before timing (and waited for, or refused,
+        # as bench.quiet says) and right after.
+        env.before, env.waited_s = environment.settle(cfg.bench.quiet.value,
+                                                      cfg.bench.quiet_timeout_s, progress)
         clock = clock_for(p.device)
         samples = measure(workload, warmup=cfg.bench.warmup, iters=cfg.bench.iters, clock=clock,
                           backward=cfg.bench.backward, progress=progress,
-                          done=precision_target(cfg.bench))
+                          done=precision_target(cfg.bench),
+                          on_timed_start=lambda: p.backend.timed_start(workload))
+        recompiled = p.backend.timed_changes(workload)
         profile = None
         if cfg.bench.profile:  # after timing, never during
             _step(progress, "profile")
@@ -92,29 +109,38 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
                                        p.output_dir or Path.cwd())
             _step(progress, "profile", done=True)
         p.backend.finish(workload)
+        env.after = environment.look()
+        env.gpu = environment.gpu_state(p.device)
 
     no_backward = workload.no_backward_reason or ("" if cfg.bench.backward
                                                    else "bench.backward=false")
     phases = phase_stats(samples, workload.work, no_backward)
-    if not verification.ok:  # times kept for diagnosis; a wrong result has no rates
-        phases = {name: phase.without_rates() for name, phase in phases.items()}
+    environment.assess(env, environment.spreads_of(phases), p.device)
+    if not verification.ok:
+        status, reason = INVALID, f"verification failed: {verification.detail}"
+    elif recompiled:
+        status, reason = RECOMPILED, recompiled
+    else:
+        status, reason = OK, ""
     return Result(
         choices=p.choices,
         overrides=p.overrides,
         config=plain_config(cfg),
-        status=OK if verification.ok else INVALID,
-        reason="" if verification.ok else f"verification failed: {verification.detail}",
+        status=status,
+        reason=reason,
         device=str(p.device),
         device_name=device_name(p.device, p.plat),
         dtype=cfg.dtype.value,
         backend=BackendInfo.from_json(p.backend.info()),
         verification=verification,
         work=workload.work,
-        phases=phases,
+        # Samples and statistics stay for diagnosis; rates only for a valid timing.
+        phases=phases if status == OK else without_rates(phases),
         platform=p.plat,
         timing=TimingInfo(clock=clock.name, warmup=cfg.bench.warmup, iters=cfg.bench.iters,
                           timed_iters=len(samples.forward_ms),
                           precision=cfg.bench.precision, threads=torch.get_num_threads()),
+        environment=env,
         started_at=started.isoformat(timespec="seconds"),
         duration_s=time.perf_counter() - t0,
         profile=profile,

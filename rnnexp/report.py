@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rnnexp.credentials import redact
-from rnnexp.results import OK, PhaseStats, Result, format_ms
+from rnnexp.results import OK, RECOMPILED, PhaseStats, Result, format_ms
 
 # Logs and CI are not terminals; give tables room there instead of rich's 80 columns.
 console = Console(width=None if Console().is_terminal else 160)
@@ -22,6 +22,11 @@ def print_error(message: str) -> None:
     redacted)."""
     err_console.print(f"[bold red]error:[/] {escape(redact(message))}", highlight=False,
                       soft_wrap=True)
+
+
+def print_warning(message: str) -> None:
+    """One line about something that weakens a result without stopping it."""
+    err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 class RichProgress:
@@ -100,9 +105,13 @@ def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
                  _num(rate.gbps, ".2f")]
         if r.status == OK:
             status = "[green]ok[/]"
+            if r.environment is not None and r.environment.flags:  # see the warning line
+                status += f" [yellow]({escape(', '.join(r.environment.flags))})[/]"
         else:
             # Not a valid result: the times stay visible for diagnosis, struck through.
             status = f"[red]{r.status}[/]"
+            if r.status == RECOMPILED:  # which compilations landed in the samples
+                status += f": {escape(r.reason)}"
             times = [f"[strike dim]{t}[/]" for t in times]
             rates = ["—"] * len(rates)
         table.add_row(model, backend, shape, r.device, r.dtype, *times, *rates, _verified(r),

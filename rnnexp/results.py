@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from rnnexp import stats
+from rnnexp.environment import Environment
 from rnnexp.platform import Platform
 from rnnexp.profiling import ProfileInfo
 from rnnexp.timing import Samples
@@ -28,11 +29,12 @@ SCHEMA_VERSION = 2
 # Status of a job.
 OK = "ok"  # timed, verified (or verification skipped on request)
 INVALID = "verification_failed"  # timed numbers exist but are not a valid result
+RECOMPILED = "recompiled"  # something was compiled inside the timed iterations: not the kernel
 UNSUPPORTED = "unsupported"  # declined before any timing, with a reason
 CRASHED = "crashed"  # an exception stopped the job
 INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
 # Statuses that make the run or sweep exit with exit_codes.JOB_FAILED.
-FAILED_STATUSES = (INVALID, CRASHED)
+FAILED_STATUSES = (INVALID, RECOMPILED, CRASHED)
 
 # The config groups that name a job, in the order labels show them.
 LABEL_KEYS = ("model", "backend", "shape", "device")
@@ -167,6 +169,8 @@ class Result:
     phases: dict[str, PhaseStats] = field(default_factory=dict)
     platform: Optional[Platform] = None
     timing: Optional[TimingInfo] = None
+    # What decides whether the timings can be trusted: load, other busy processes, threads.
+    environment: Optional[Environment] = None
     git_commit: str = ""
     started_at: str = ""
     duration_s: float = 0.0
@@ -203,6 +207,7 @@ class Result:
             "verification": plain(self.verification), "work": plain(self.work),
             "phases": {k: p.to_json() for k, p in self.phases.items()},
             "platform": plain(self.platform), "timing": plain(self.timing),
+            "environment": plain(self.environment) or None,
             "git_commit": self.git_commit, "started_at": self.started_at,
             "duration_s": self.duration_s, "schema": self.schema,
             **({"profile": asdict(self.profile)} if self.profile else {}),
@@ -229,6 +234,8 @@ class Result:
             "timing": _from_dict(TimingInfo, data["timing"]) if data.get("timing") else None,
             "profile": (_from_dict(ProfileInfo, data["profile"]) if data.get("profile")
                         else None),
+            "environment": (Environment.from_json(data["environment"])
+                            if data.get("environment") else None),
             "schema": SCHEMA_VERSION,
         })
 
@@ -256,6 +263,12 @@ def phase_stats(samples: Samples, work: Work, no_backward_reason: str = ""
     else:
         phases["backward"] = PhaseStats(not_applicable=no_backward_reason or "not timed")
     return phases
+
+
+def without_rates(phases: dict[str, PhaseStats]) -> dict[str, PhaseStats]:
+    """The phases of a result that is not a valid timing: samples and statistics stay for
+    diagnosis, rates go, so nothing downstream can present them as throughput."""
+    return {k: p.without_rates() for k, p in phases.items()}
 
 
 @dataclass

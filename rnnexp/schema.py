@@ -63,6 +63,13 @@ class ShapeConfig:
                               "choose min_len ≤ max_len")
 
 
+class QuietMode(Enum):
+    # What to do when other processes keep the machine busy before timing (rnnexp.environment).
+    warn = "warn"  # time anyway; the result is flagged and a warning printed
+    wait = "wait"  # wait for a quiet machine up to quiet_timeout_s, then decline
+    refuse = "refuse"  # decline at once
+
+
 @dataclass
 class BenchConfig:
     warmup: int = 10
@@ -82,9 +89,14 @@ class BenchConfig:
     # during): a Chrome trace in the job folder and the top operators in results.json.
     profile: bool = False
     profile_iters: int = 3
+    quiet: QuietMode = QuietMode.warn
+    quiet_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "warmup")
+        if not self.quiet_timeout_s > 0:
+            raise ConfigError("quiet_timeout_s", f"must be > 0, got {self.quiet_timeout_s}",
+                              "seconds to wait for a quiet machine under bench.quiet=wait")
         _at_least(self, 1, "iters", "num_threads", "profile_iters")
         if self.precision is not None:
             if not 0 < self.precision < 1:

@@ -129,11 +129,14 @@ def measure(
     backward: bool = True,
     progress: Optional[Progress] = None,
     done: Optional[Callable[[Samples], bool]] = None,
+    on_timed_start: Optional[Callable[[], None]] = None,
 ) -> Samples:
     """Run `warmup` untimed then up to `iters` timed iterations; return per-iteration samples.
 
     `done`, asked between timed iterations (untimed), may end the loop early (a precision
-    target)."""
+    target). `on_timed_start` is called once after warm-up, before the first timed iteration
+    (untimed): a backend snapshots its compile state there to tell, after timing, whether
+    anything was compiled inside the timed iterations."""
     progress = progress or _Silent()
     do_backward = backward and steps.has_backward
     arm = getattr(clock, "arm", lambda n: None)  # clocks without events need no arming
@@ -148,6 +151,8 @@ def measure(
                 progress.phase("warmup", warmup)
             if i == warmup:
                 progress.phase("timed", iters)
+                if on_timed_start is not None:
+                    on_timed_start()
             steps.zero_grad()
             gc.collect(0)
             arm(4 if do_backward else 2)

@@ -61,6 +61,8 @@ class Workload:
     # deterministic; `verify_note` says so in the verification record.
     verify_context: Callable[[], ContextManager] = contextlib.nullcontext
     verify_note: str = ""
+    # Input sizes change from call to call: compilers must build for symbolic sizes.
+    dynamic_shapes: bool = False
 
     @property
     def has_backward(self) -> bool:

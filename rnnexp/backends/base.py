@@ -99,6 +99,15 @@ class Backend:
     def finish(self, workload: Workload) -> None:
         """After timing, still inside `context()`: record what actually ran (for `info`)."""
 
+    def timed_start(self, workload: Workload) -> None:
+        """Called by the timer after warm-up, before the first timed iteration (untimed):
+        snapshot whatever compile state `timed_changes` compares against."""
+
+    def timed_changes(self, workload: Workload) -> str:
+        """What was compiled (recompiled, re-planned) during the timed iterations, in a few
+        words; "" when nothing was. A non-empty answer makes the job's status `recompiled`."""
+        return ""
+
     def info(self) -> dict:
         """Versions and flags that identify what actually ran."""
         return {"name": self.name, "first_call_s": self.first_call_s}

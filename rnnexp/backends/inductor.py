@@ -31,6 +31,7 @@ class Inductor(Backend):
         self.mode = getattr(mode, "value", mode)  # an InductorMode from the schema
         self.allow_rnn = allow_rnn
         self.compile_s: float | None = None
+        self.dynamic = False
         self.dynamo: dict = {}
 
     def script(self, model: ModelConfig) -> bool:
@@ -62,7 +63,10 @@ class Inductor(Backend):
     def prepare(self, workload: Workload) -> Workload:
         torch._dynamo.reset()  # a fresh cache: what is compiled here is this model
         torch._dynamo.utils.counters.clear()
-        workload.forward = torch.compile(workload.forward, mode=self.mode, dynamic=False)
+        # Static shapes unless the workload's sizes change from call to call (dynamic_eltwise):
+        # then one graph with symbolic sizes, instead of a compile per new shape.
+        self.dynamic = workload.dynamic_shapes
+        workload.forward = torch.compile(workload.forward, mode=self.mode, dynamic=self.dynamic)
         t0 = time.perf_counter()
         try:
             untimed_runs(workload, self.device, 1)
@@ -84,9 +88,47 @@ class Inductor(Backend):
                         "backend=aten", "a loop model such as model=py")
         return workload
 
+    def timed_start(self, workload: Workload) -> None:
+        self._compiles_before = compile_counts()
+        self._guard_failures_before = {k: len(v) for k, v in
+                                       torch._dynamo.utils.guard_failures.items()}
+
+    def timed_changes(self, workload: Workload) -> str:
+        before = getattr(self, "_compiles_before", None)
+        if before is None:
+            return ""
+        after = compile_counts()
+        grew = {k: after[k] - before.get(k, 0) for k in after if after[k] > before.get(k, 0)}
+        if not grew:
+            return ""
+        self.dynamo["timed_compiles"] = grew
+        # The guard that failed says why (e.g. a size that was specialised).
+        old = getattr(self, "_guard_failures_before", {})
+        why = next((reasons[old.get(k, 0)] for k, reasons in
+                    torch._dynamo.utils.guard_failures.items() if len(reasons) > old.get(k, 0)),
+                   "")
+        first = str(why).strip().splitlines()[0][:160] if str(why).strip() else ""
+        return ("compiled inside the timed iterations (dynamo: " +
+                ", ".join(f"{k} +{v}" for k, v in grew.items()) + ")" +
+                (f"; first failed guard: {first}" if first else ""))
+
     def info(self) -> dict:
         rnn = {"allow_rnn": True, "onednn": self.device.type != "cpu"} if self.allow_rnn else {}
-        return {**super().info(), "mode": self.mode, "compile_s": self.compile_s, **rnn,
+        return {**super().info(), "mode": self.mode, "dynamic": self.dynamic,
+                "compile_s": self.compile_s, **rnn,
                 "warm_runs": self.AFTER_COMPILE_CALLS,
                 # compile_s includes the first forward+backward run it took to compile.
                 "compile_includes": "first forward+backward", **self.dynamo}
+
+
+def compile_counts() -> dict[str, int]:
+    """dynamo's counters that grow whenever something is (re)compiled: frames traced, graphs
+    captured, graph breaks met while tracing, AOTAutograd graphs and inductor compilations
+    (an on-disk cache hit included: loading a compiled graph is not the kernel either)."""
+    c = torch._dynamo.utils.counters
+    return {"frames": int(c["frames"].get("total", 0)),
+            "graphs": int(c["stats"].get("unique_graphs", 0)),
+            "graph_breaks": int(sum(c["graph_break"].values())),
+            "aot_graphs": int(c["aot_autograd"].get("total", 0)),
+            "inductor_compiles": int(c["inductor"].get("fxgraph_cache_miss", 0)
+                                     + c["inductor"].get("fxgraph_cache_hit", 0))}

@@ -61,6 +61,34 @@ class ScriptedRun:
                 self.graph = jitflags.graph_summary(module, workload.inputs)
         return self.graph
 
+    def plan_state(self, workload: Workload) -> tuple | None:
+        """What TorchScript exposes of the plan it runs: the forward's execution plans
+        (count and graphs; the legacy executor adds one per new argument signature) and the
+        last optimised graph it executed. Fallback paths inside differentiable graphs (the
+        profiling executor's bailouts) are not exposed, so they are not seen here."""
+        module = scripted_module(workload)
+        if module is None:
+            return None
+        try:
+            plans = module.get_debug_state().execution_plans
+            graphs = tuple(sorted(str(p.graph) for p in plans.values()))
+        except RuntimeError:  # the profiling executor asserts until it has optimised
+            graphs = ()
+        last = torch.jit.last_executed_optimized_graph()
+        return len(graphs), graphs, str(last) if last is not None else ""
+
+    def timed_start(self, workload: Workload) -> None:
+        self._plan_before = self.plan_state(workload)
+
+    def timed_changes(self, workload: Workload) -> str:
+        before, after = getattr(self, "_plan_before", None), self.plan_state(workload)
+        if before is None or after is None or before == after:
+            return ""
+        if before[0] != after[0]:
+            return (f"TorchScript made new execution plans while timed ({before[0]} after "
+                    f"warm-up, {after[0]} after timing)")
+        return "TorchScript's optimised graph changed between warm-up and the end of timing"
+
     def info(self) -> dict:
         return {"flags": (self.flags_seen or self.flags).as_dict(), "graph": self.graph,
                 # The untimed runs in which the executor profiled and optimised.

@@ -53,6 +53,12 @@ class TorchScriptBackend(Backend):
     def finish(self, workload: Workload) -> None:
         self.scripted.summarise(workload)
 
+    def timed_start(self, workload: Workload) -> None:
+        self.scripted.timed_start(workload)
+
+    def timed_changes(self, workload: Workload) -> str:
+        return self.scripted.timed_changes(workload)
+
     def info(self) -> dict:
         return {**super().info(), **self.scripted.info()}
 

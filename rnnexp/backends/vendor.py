@@ -102,6 +102,12 @@ class VendorLibrary(Backend):
         if self.scripted.optimize_s is not None:
             self.scripted.summarise(workload)
 
+    def timed_start(self, workload: Workload) -> None:
+        self.scripted.timed_start(workload)  # a no-op snapshot (None) for nn modules
+
+    def timed_changes(self, workload: Workload) -> str:
+        return self.scripted.timed_changes(workload)
+
     def tf32_effective(self) -> bool:
         cap = self.plat.capability(self.device.index) if self.device.type == "cuda" else None
         return bool(self.allow_tf32 and self.enabled and self.dtype == torch.float32

@@ -118,9 +118,14 @@ class CyclingWorkload(Workload):
         return self.forward(*self.inputs)
 
 
-def dynamic_eltwise(spec: WorkloadSpec, pool_size: int = POOL_SIZE) -> Workload:
+def dynamic_eltwise(spec: WorkloadSpec, pool_size: int = POOL_SIZE,
+                    dynamic_shapes: bool = True) -> Workload:
     """rnn_eltwise whose every iteration has new sizes: b and h each scaled by U(1/1.2, 1) of
-    nominal, from a seeded pool of `pool_size` samples. Work is the mean over the pool."""
+    nominal, from a seeded pool of `pool_size` samples. Work is the mean over the pool.
+
+    `dynamic_shapes` tells compilers to build for symbolic sizes; false compiles for each
+    new size (tensorexpr's static compile), which lands compilations in the timed loop — the
+    job then reports status `recompiled` instead of a time."""
     if pool_size < 1:
         raise ConfigError("model.build.pool_size", f"must be ≥ 1, got {pool_size}")
     pool = [tuple(eltwise_inputs(spec, i, dynamic=True)) for i in range(pool_size)]
@@ -128,7 +133,8 @@ def dynamic_eltwise(spec: WorkloadSpec, pool_size: int = POOL_SIZE) -> Workload:
     mean_b = sum(b for b, _ in sizes) / pool_size
     mean_bh = sum(b * h for b, h in sizes) / pool_size
     work = eltwise_work(mean_b, mean_bh / mean_b, elem_bytes(spec.dtype))
-    workload = _workload(CyclingWorkload, spec, list(pool[0]), work, pool=pool)
+    workload = _workload(CyclingWorkload, spec, list(pool[0]), work, pool=pool,
+                         dynamic_shapes=dynamic_shapes)
     # The reference rebuilds the sample the next forward takes (verify builds it first).
     workload.reference = lambda dtype=REFERENCE_DTYPE: reference(spec, workload.position,
                                                             dynamic=True, dtype=dtype)

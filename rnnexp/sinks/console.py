@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from rnnexp.report import console, results_table
+from rnnexp.report import console, print_warning, results_table
 from rnnexp.results import INTERRUPTED, RESULTS_FILE, Result
 from rnnexp.sinks import Jobs, Sink, Sweep
 
@@ -15,6 +15,8 @@ class Console(Sink):
         if result.status == INTERRUPTED:
             return  # the process says so in one line as it exits
         console.print(results_table([result]))
+        if result.environment is not None and result.environment.warnings:
+            print_warning(result.environment.warning_line())
         if (Path(output_dir) / RESULTS_FILE).exists():
             console.print(f"results: {Path(output_dir) / RESULTS_FILE}", highlight=False)
 

@@ -16,6 +16,7 @@ from rnnexp.results import (
     INTERRUPTED,
     INVALID,
     OK,
+    RECOMPILED,
     RESULTS_FILE,
     UNSUPPORTED,
     Result,
@@ -27,7 +28,8 @@ MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 PHASE_PREFIX = {"forward": "fwd", "backward": "bwd", "total": "total"}
 # Statuses other than these are a crash ("crashed").
-RUN_STATUS = {OK: "FINISHED", INVALID: "FAILED", UNSUPPORTED: "FAILED", INTERRUPTED: "KILLED"}
+RUN_STATUS = {OK: "FINISHED", INVALID: "FAILED", RECOMPILED: "FAILED", UNSUPPORTED: "FAILED",
+              INTERRUPTED: "KILLED"}
 # Tags of our own (MLflow's are mlflow.*).
 TAG_RESULT_ID = "rnnexp.result_id"
 TAG_SWEEP_ID = "rnnexp.sweep_id"
@@ -58,6 +60,13 @@ def params_of(result: Result) -> dict[str, str]:
     """The resolved config flattened, plus each chosen group option as its own column."""
     params = flatten(result.config)
     params.update({group: str(option) for group, option in result.choices.items()})
+    env = result.environment
+    if env is not None:  # what the machine offered: cores, threads, frequency policy
+        params.update({"env.cores": str(env.cores), "env.torch_threads": str(env.torch_threads),
+                       "env.interop_threads": str(env.interop_threads),
+                       "env.governor": env.governor or "unreadable",
+                       "env.cpu_max_mhz": str(env.cpu_max_mhz),
+                       **{f"env.{k}": v for k, v in env.thread_env.items()}})
     return params
 
 
@@ -89,8 +98,38 @@ def tags_of(result: Result) -> dict[str, str]:
         "mlflow.source.git.commit": result.git_commit.removesuffix("-dirty"),
         "mlflow.source.name": "rnnexp",
         "backend_info": json.dumps(result.backend.to_json(), default=str),
+        **environment_tags(result),
     }
     return {k: str(v)[:MAX_TAG_VALUE] for k, v in tags.items() if v not in ("", None)}
+
+
+def environment_tags(result: Result) -> dict[str, str]:
+    """Whether the machine was fit to time on: flags (busy, oversubscribed, high_spread,
+    gpu_throttled; "none"), why, the busiest other processes, GPU clocks."""
+    env = result.environment
+    if env is None:
+        return {}
+    tags = {"env.flags": ",".join(env.flags) or "none", "env.warning": env.warning_line(),
+            "env.quiet": env.quiet}
+    for when, seen in (("before", env.before), ("after", env.after)):
+        if seen is not None:
+            tags[f"env.busy_{when}"] = seen.summary(env.cores)
+    if env.gpu:
+        tags["env.gpu"] = json.dumps(env.gpu, default=str)
+    return tags
+
+
+def environment_metrics(result: Result) -> dict[str, float]:
+    env = result.environment
+    if env is None:
+        return {}
+    metrics = {"env_waited_s": float(env.waited_s)}
+    for when, seen in (("before", env.before), ("after", env.after)):
+        if seen is not None:
+            metrics[f"env_other_cores_{when}"] = float(seen.other_cores)
+            if seen.load_avg:
+                metrics[f"env_load1_{when}"] = float(seen.load_avg[0])
+    return metrics
 
 
 def metrics_of(result: Result) -> dict[str, float]:
@@ -104,6 +143,7 @@ def metrics_of(result: Result) -> dict[str, float]:
         metrics["verify_max_abs_error"] = float(err)
     if result.duration_s:
         metrics["duration_s"] = float(result.duration_s)
+    metrics.update(environment_metrics(result))
     return metrics
 
 

@@ -1,0 +1,301 @@
+"""What decides whether a job's timings can be trusted, read around its timed loop: load, other
+busy processes, threads against cores, CPU frequency policy, GPU clocks and throttling — and
+the guard that waits for, warns about or refuses a busy machine (`bench.quiet`).
+
+psutil reads processes and load; NVIDIA clocks come from nvidia-ml-py (`pip install
+rnnexp[gpu]`) when it is installed. Nothing here knows about models or sinks.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import psutil
+import torch
+
+from rnnexp.errors import UnsupportedError
+
+# Other processes using this many cores on average (over a short look) make the machine busy;
+# on a large machine a tenth of its cores, whichever is more.
+BUSY_CORES = 0.5
+BUSY_SHARE = 0.1
+LOOK_S = 0.3  # how long one look at the machine samples CPU use
+TOP_PROCESSES = 3
+
+try:  # torch.utils.benchmark warns when IQR/median exceeds these (utils/common.py)
+    from torch.utils.benchmark.utils.common import _IQR_GROSS_WARN_THRESHOLD as IQR_GROSS
+    from torch.utils.benchmark.utils.common import _IQR_WARN_THRESHOLD as IQR_WARN
+except ImportError:  # private names: the values of torch 2.x
+    IQR_WARN, IQR_GROSS = 0.1, 0.25
+
+# Thread-count variables that OpenMP, MKL and other BLAS libraries read at start-up.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+               "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES",
+               "KMP_AFFINITY", "GOMP_CPU_AFFINITY")
+GOVERNOR = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+
+# Flags a result can carry.
+BUSY = "busy"
+OVERSUBSCRIBED = "oversubscribed"
+HIGH_SPREAD = "high_spread"
+GPU_THROTTLED = "gpu_throttled"
+
+
+@dataclass
+class Look:
+    """One look at the machine: load average and what other processes were doing."""
+
+    load_avg: tuple = ()  # 1, 5, 15 minutes
+    other_cores: float = 0.0  # CPU used by processes outside this job, in cores
+    top: list[str] = field(default_factory=list)  # the busiest of them, "name[pid] 97%"
+
+    def summary(self, cores: int) -> str:
+        top = f" ({', '.join(self.top)})" if self.top else ""
+        return f"other processes used {self.other_cores:.1f} of {cores} cores{top}"
+
+
+@dataclass
+class Environment:
+    cores: int = 0  # usable by this process (CPU affinity)
+    logical_cores: int = 0
+    torch_threads: int = 0
+    interop_threads: int = 0
+    thread_env: dict[str, str] = field(default_factory=dict)
+    cpu_model: str = ""
+    cpu_mhz: Optional[float] = None
+    cpu_max_mhz: Optional[float] = None
+    governor: str = ""
+    gpu: dict[str, Any] = field(default_factory=dict)
+    before: Optional[Look] = None  # right before the timed loop
+    after: Optional[Look] = None  # right after it
+    quiet: str = ""  # the bench.quiet policy in force
+    waited_s: float = 0.0  # time spent waiting for a quiet machine
+    flags: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # why each flag was raised
+
+    def flag(self, name: str, why: str) -> None:
+        if name not in self.flags:
+            self.flags.append(name)
+        self.warnings.append(why)
+
+    def warning_line(self) -> str:
+        """One line for the console, empty when nothing is flagged."""
+        if not self.warnings:
+            return ""
+        return "timings may not be trustworthy: " + "; ".join(self.warnings)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Environment:
+        names = set(cls.__dataclass_fields__)
+        known = {k: v for k, v in data.items() if k in names}
+        for key in ("before", "after"):
+            if known.get(key):
+                look = known[key]
+                known[key] = Look(load_avg=tuple(look.get("load_avg") or ()),
+                                  other_cores=look.get("other_cores", 0.0),
+                                  top=list(look.get("top") or []))
+        return cls(**known)
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _our_processes() -> set[int]:
+    """This job's process, its children and its ancestors (the launcher that waits on it)."""
+    me = psutil.Process()
+    pids = {me.pid}
+    try:
+        pids.update(p.pid for p in me.children(recursive=True))
+        pids.update(p.pid for p in me.parents())
+    except psutil.Error:
+        pass
+    return pids
+
+
+def cpu_by_process(seconds: float, exclude: set[int]) -> list[tuple[float, str]]:
+    """(% of one core, "name[pid]") of every process not excluded, over `seconds`, busiest
+    first."""
+    procs = []
+    for p in psutil.process_iter(["name"]):
+        if p.pid in exclude:
+            continue
+        try:
+            p.cpu_percent(None)  # primes the counter; the next call covers the interval
+            procs.append(p)
+        except psutil.Error:
+            continue
+    time.sleep(seconds)
+    used = []
+    for p in procs:
+        try:
+            used.append((p.cpu_percent(None), f"{p.info.get('name') or '?'}[{p.pid}]"))
+        except psutil.Error:
+            continue
+    return sorted(used, reverse=True)
+
+
+def look(seconds: float = LOOK_S) -> Look:
+    """Load average and the CPU other processes use over `seconds` (psutil)."""
+    used = cpu_by_process(seconds, _our_processes())
+    try:
+        load = tuple(round(x, 2) for x in os.getloadavg())
+    except OSError:
+        load = ()
+    return Look(load_avg=load, other_cores=round(sum(pct for pct, _ in used) / 100, 2),
+                top=[f"{name} {pct:.0f}%" for pct, name in used[:TOP_PROCESSES] if pct >= 5])
+
+
+def busy_reason(seen: Look, cores: int) -> str:
+    """Why the machine counts as busy, or "" when it does not."""
+    if seen.other_cores >= max(BUSY_CORES, BUSY_SHARE * cores):
+        return f"machine busy: {seen.summary(cores)}"
+    return ""
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def gpu_state(device: torch.device) -> dict[str, Any]:
+    """SM/memory clocks, temperature, power and clock-throttle reasons of an NVIDIA GPU, if
+    nvidia-ml-py is installed; {} otherwise (CPU jobs, AMD GPUs, the extra not installed)."""
+    if device.type != "cuda" or getattr(torch.version, "hip", None):
+        return {}
+    try:
+        import pynvml
+    except ImportError:
+        return {"note": "install rnnexp[gpu] (nvidia-ml-py) to record clocks and throttling"}
+    try:
+        pynvml.nvmlInit()
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        bus_id = getattr(torch.cuda.get_device_properties(index), "pci_bus_id", None)
+        # NVML numbers GPUs without CUDA_VISIBLE_DEVICES: find ours by its PCI bus id.
+        handle = (pynvml.nvmlDeviceGetHandleByPciBusId(bus_id) if bus_id
+                  else pynvml.nvmlDeviceGetHandleByIndex(index))
+        reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        mask = reasons_fn(handle)
+        names = {v: k.removeprefix("nvmlClocksThrottleReason")
+                 for k, v in vars(pynvml).items()
+                 if k.startswith("nvmlClocksThrottleReason") and isinstance(v, int)
+                 and k not in ("nvmlClocksThrottleReasonAll", "nvmlClocksThrottleReasonNone")}
+        return {
+            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "sm_max_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle,
+                                                             pynvml.NVML_TEMPERATURE_GPU),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000,
+            "throttle_reasons": sorted(n for bit, n in names.items() if mask & bit),
+        }
+    except Exception as err:  # NVML missing or refused: recorded, never fatal
+        return {"error": f"{type(err).__name__}: {err}"[:200]}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+# Throttle reasons that lower clocks below what the work asks for (idle and an application
+# clock setting are not a slowdown of the timed work).
+SLOWDOWNS = ("HwSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown", "SwThermalSlowdown",
+             "SwPowerCap")
+
+
+def machine(cpu_model: str = "") -> Environment:
+    """The static part: cores, threads, thread variables, CPU frequency policy."""
+    freq = None
+    try:
+        freq = psutil.cpu_freq()
+    except (OSError, RuntimeError, NotImplementedError):
+        pass
+    return Environment(
+        cores=usable_cores(), logical_cores=psutil.cpu_count() or 0,
+        torch_threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
+        thread_env={k: os.environ[k] for k in THREAD_VARS if k in os.environ},
+        cpu_model=cpu_model, cpu_mhz=round(freq.current, 1) if freq and freq.current else None,
+        cpu_max_mhz=round(freq.max, 1) if freq and freq.max else None,
+        governor=_read(GOVERNOR))
+
+
+def settle(mode: str, timeout_s: float, progress=None,
+           looker: Callable[[], Look] = look) -> tuple[Look, float]:
+    """Look at the machine before timing, under the `bench.quiet` policy: `warn` times anyway
+    (the result is flagged), `wait` looks again until the machine is quiet, up to `timeout_s`,
+    then declines, `refuse` declines at once. Returns the last look and the seconds waited."""
+    cores = usable_cores()
+    seen = looker()
+    waited = 0.0
+    reason = busy_reason(seen, cores)
+    if not reason or mode == "warn":
+        return seen, waited
+    if mode == "wait":
+        if progress is not None:
+            progress.phase("waiting for a quiet machine (s)", int(timeout_s))
+        t0 = time.monotonic()
+        while reason and time.monotonic() - t0 < timeout_s:
+            time.sleep(max(0.0, 1.0 - LOOK_S))
+            seen = looker()
+            reason = busy_reason(seen, cores)
+            if progress is not None:
+                progress.advance()
+        waited = time.monotonic() - t0
+        if not reason:
+            return seen, waited
+        raise UnsupportedError(f"bench.quiet=wait: still busy after {waited:.0f} s — {reason}; "
+                               "raise bench.quiet_timeout_s or use bench.quiet=warn")
+    raise UnsupportedError(f"bench.quiet=refuse: {reason} — time on a quiet machine, or use "
+                           "bench.quiet=wait or bench.quiet=warn")
+
+
+def assess(env: Environment, spreads: Mapping[str, float], device: torch.device) -> None:
+    """Flag what makes these timings doubtful: a busy machine before or after the loop,
+    more threads than cores free for them, a spread above torch.utils.benchmark's warning
+    threshold (IQR/median, per phase), a throttled GPU."""
+    for when, seen in (("before", env.before), ("after", env.after)):
+        reason = busy_reason(seen, env.cores) if seen else ""
+        if reason:
+            env.flag(BUSY, f"{reason} {when} timing")
+            break
+    others = max((s.other_cores for s in (env.before, env.after) if s), default=0.0)
+    if device.type == "cpu":
+        if env.torch_threads > env.cores:
+            env.flag(OVERSUBSCRIBED, f"{env.torch_threads} torch threads on {env.cores} cores")
+        elif env.torch_threads + round(others) > env.cores:
+            env.flag(OVERSUBSCRIBED, f"{env.torch_threads} torch threads + {others:.1f} cores "
+                                     f"busy elsewhere > {env.cores} cores (set "
+                                     "bench.num_threads lower)")
+    high = {p: s for p, s in spreads.items() if s > IQR_WARN}
+    if high:
+        env.flag(HIGH_SPREAD, "spread high: " + ", ".join(
+            f"{p} IQR {100 * s:.0f}% of median" for p, s in high.items())
+                 + f" (torch.utils.benchmark warns above {100 * IQR_WARN:.0f}%)")
+    slow = [r for r in env.gpu.get("throttle_reasons", ()) if r in SLOWDOWNS]
+    if slow:
+        env.flag(GPU_THROTTLED, f"GPU clocks throttled ({', '.join(slow)})")
+
+
+def spreads_of(phases: Mapping[str, Any], names: Sequence[str] = ("forward", "backward")
+               ) -> dict[str, float]:
+    """IQR/median of each timed phase."""
+    out = {}
+    for name in names:
+        p = phases.get(name)
+        if p is not None and p.timed and p.median_ms and p.iqr_ms is not None:
+            out[name] = p.iqr_ms / p.median_ms
+    return out

@@ -1,0 +1,114 @@
+"""The noisy-machine guard, with real CPU hogs beside real runs: the busy machine is named in
+one warning line and recorded (results.json, MLflow), `bench.quiet` waits or refuses.
+Nothing here asserts a timing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import torch
+from mlflow.tracking import MlflowClient
+
+from rnnexp import environment
+from rnnexp.environment import BUSY, HIGH_SPREAD, OVERSUBSCRIBED, Environment, Look
+from rnnexp.results import Result
+from tests.conftest import TINY, load_results
+
+RUN = [*TINY, "model=lstm", "backend=aten", "device=cpu"]
+
+
+@contextmanager
+def cpu_hogs(n: int = 2):
+    """n processes spinning on the CPU (as many as the machine's cores here)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def warning_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("warning: timings may not")]
+
+
+def test_a_run_beside_a_cpu_hog_warns_in_one_line_and_records_why(run_cli, tmp_path):
+    with cpu_hogs():
+        proc = run_cli(*RUN)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = warning_lines(proc.stderr)
+    assert "machine busy: other processes used" in line
+    env = load_results(tmp_path / "run")["environment"]
+    assert BUSY in env["flags"] and env["quiet"] == "warn"
+    assert env["before"]["other_cores"] >= environment.BUSY_CORES
+    assert env["after"]["other_cores"] >= environment.BUSY_CORES
+    assert env["cores"] >= 1 and env["torch_threads"] >= 1 and len(env["before"]["load_avg"]) == 3
+    assert all(t.split("[")[0] and "%" in t for t in env["before"]["top"])
+    # The MLflow run carries the flags and why, for filtering in the UI.
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("rnnexp").experiment_id])
+    assert BUSY in run.data.tags["env.flags"].split(",")
+    assert run.data.tags["env.warning"] == line.removeprefix("warning: ")
+    assert run.data.metrics["env_other_cores_before"] >= environment.BUSY_CORES
+    assert run.data.params["env.cores"] == str(env["cores"])
+
+
+def test_a_look_counts_other_processes_and_leaves_out_the_jobs_own():
+    with cpu_hogs(1) as (hog,):
+        name = f"[{hog.pid}]"
+        # Seen from elsewhere, the spinning process uses a good share of a core (it competes
+        # with whatever else runs here, so no more is asserted)...
+        usage = dict((label, pct) for pct, label in environment.cpu_by_process(0.5, set()))
+        (pct,) = [pct for label, pct in usage.items() if label.endswith(name)]
+        assert pct >= 5
+        # ...but it is this process's child, so a look from here does not count it.
+        assert name not in " ".join(environment.look(0.5).top)
+
+
+def test_quiet_refuse_declines_before_timing_in_one_line(run_cli, tmp_path):
+    with cpu_hogs():
+        proc = run_cli(*RUN, "bench.quiet=refuse")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: bench.quiet=refuse: machine busy"), proc.stderr
+    assert "Traceback" not in proc.stderr and "timed" not in proc.stdout
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_quiet_wait_waits_then_declines_while_the_machine_stays_busy(run_cli, tmp_path):
+    with cpu_hogs():
+        proc = run_cli(*RUN, "bench.quiet=wait", "bench.quiet_timeout_s=3")
+    assert proc.returncode == 2
+    assert "waiting for a quiet machine" in proc.stdout  # the progress bar
+    assert "bench.quiet=wait: still busy after" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_more_torch_threads_than_cores_is_flagged(run_cli, tmp_path):
+    threads = environment.usable_cores() + 2
+    proc = run_cli(*RUN, f"bench.num_threads={threads}", "sinks=[json,console]")
+    assert proc.returncode == 0, proc.stderr
+    env = load_results(tmp_path / "run")["environment"]
+    assert OVERSUBSCRIBED in env["flags"] and env["torch_threads"] == threads
+    assert f"{threads} torch threads on {env['cores']} cores" in " ".join(env["warnings"])
+    assert len(warning_lines(proc.stderr)) == 1
+
+
+def test_spread_above_torch_benchmark_threshold_is_flagged():
+    env = Environment(cores=8, torch_threads=1)
+    environment.assess(env, {"forward": 0.05, "backward": environment.IQR_WARN * 2},
+                       torch.device("cpu"))
+    assert env.flags == [HIGH_SPREAD] and "backward IQR 20% of median" in env.warnings[0]
+    quiet = Environment(cores=8, torch_threads=1, before=Look((0.1, 0.1, 0.1), 0.1, []))
+    environment.assess(quiet, {"forward": 0.05}, torch.device("cpu"))
+    assert quiet.flags == [] and quiet.warning_line() == ""
+
+
+def test_results_without_an_environment_record_still_load(tmp_path):
+    r = Result(choices={}, overrides=[], config={}, status="ok")
+    assert Result.load(r.save(tmp_path)).environment is None
+    r.environment = Environment(cores=2, before=Look((1.0, 2.0, 3.0), 1.5, ["x[1] 90%"]),
+                                flags=[BUSY], warnings=["machine busy"])
+    assert Result.load(r.save(tmp_path)).environment == r.environment
