@@ -4,7 +4,8 @@ Reads only the store (MLflow's search API), so it works for runs recorded on oth
 against the same server. The sweep is the latest one, or one named by parent run id or name.
 `--baseline KEY=VALUE` (e.g. backend=cudnn, model=lstm) compares every run with the run that
 differs from it only in KEY; if no such run exists and exactly one run matches, that run is the
-baseline for all. The fwd/bwd bar chart is saved and logged to the sweep's parent run.
+baseline for all. The fwd/bwd bar chart is saved and logged to the sweep's parent run, and with
+`--roofline` the sweep's roofline chart (rnnexp.roofline_chart) too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Optional, Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from rnnexp import summary
+from rnnexp import roofline_chart, summary
 from rnnexp.errors import RnnexpError
 from rnnexp.report import console, print_error
 from rnnexp.results import Row, format_ms, label
@@ -39,6 +40,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--experiment", default="rnnexp", help="experiment (default: rnnexp)")
     parser.add_argument("--output", type=Path, default=None,
                         help="chart PNG path (default: outputs/compare/<sweep run id>.png)")
+    parser.add_argument("--roofline", action="store_true",
+                        help="also draw the roofline chart: <sweep folder>/summary/roofline.png "
+                             "when the folder is on this machine, else beside the chart")
     return parser.parse_args(argv)
 
 
@@ -167,9 +171,26 @@ def compare(args: argparse.Namespace) -> Path:
         ok = [r for r in rows if r.status == "ok"]
         summary.chart(ok, png, title, labels=[label(r.choices, keys) for r in ok])
         client.log_artifact(sweep.info.run_id, str(png), "compare")
+        if args.roofline:
+            roof = roofline_path(sweep, png)
+            pts, missing = roofline_chart.points(client, exp_id, sweep.info.run_id, keys)
+            roofline_chart.draw(pts, roof, f"{sweep.info.run_name}: roofline")
+            client.log_artifact(sweep.info.run_id, str(roof), "compare")
     console.print(f"chart: {png} (also logged to run {sweep.info.run_id} under compare/)",
                   highlight=False)
+    if args.roofline:
+        console.print(f"roofline: {roof} ({len(pts)} jobs"
+                      + (f"; {missing} without roofline metrics left out" if missing else "")
+                      + ", also logged under compare/)", highlight=False)
     return png
+
+
+def roofline_path(sweep, chart: Path) -> Path:
+    """In the sweep's folder when it is on this machine, else beside the fwd/bwd chart."""
+    folder = Path(sweep.data.tags.get("sweep_dir") or "")
+    if sweep.data.tags.get("sweep_dir") and folder.is_dir():
+        return folder / summary.SUMMARY_DIR / roofline_chart.CHART
+    return chart.with_name(f"{chart.stem}-{roofline_chart.CHART}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -145,6 +145,31 @@ PHASES = ("forward", "backward", "total")
 
 
 @dataclass
+class Roofline:
+    """Where a result sits against its device's measured limits (rnnexp.roofline): the rates
+    of its rate phase as % of the GEMM and memory-copy peaks measured on that device, dtype
+    and thread count."""
+
+    phase: str = ""  # the phase placed: total (forward+backward), else forward
+    intensity: Optional[float] = None  # arithmetic intensity, FLOP per byte of minimum traffic
+    gflops: Optional[float] = None
+    gbps: Optional[float] = None
+    peak_gflops: Optional[float] = None
+    peak_gbps: Optional[float] = None
+    pct_peak_flops: Optional[float] = None
+    pct_peak_bandwidth: Optional[float] = None
+    # % of the roof at this intensity, min(peak_gflops, intensity × peak_gbps), and which of
+    # the two ceilings that is ("compute" or "memory").
+    pct_attainable: Optional[float] = None
+    bound: str = ""
+    peaks_measured_at: str = ""
+
+    def metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()
+                if isinstance(v, (int, float)) and v is not None}
+
+
+@dataclass
 class Result:
     choices: dict[str, str]
     overrides: list[str]
@@ -160,6 +185,7 @@ class Result:
     phases: dict[str, PhaseStats] = field(default_factory=dict)
     platform: Optional[Platform] = None
     timing: Optional[TimingInfo] = None
+    roofline: Optional[Roofline] = None
     git_commit: str = ""
     started_at: str = ""
     duration_s: float = 0.0
@@ -194,6 +220,7 @@ class Result:
             "verification": plain(self.verification), "work": plain(self.work),
             "phases": {k: p.to_json() for k, p in self.phases.items()},
             "platform": plain(self.platform), "timing": plain(self.timing),
+            "roofline": plain(self.roofline) or None,
             "git_commit": self.git_commit, "started_at": self.started_at,
             "duration_s": self.duration_s, "schema": self.schema,
         }
@@ -217,6 +244,8 @@ class Result:
             "platform": _from_dict(Platform, platform) if platform.get("torch_version")
             else None,
             "timing": _from_dict(TimingInfo, data["timing"]) if data.get("timing") else None,
+            "roofline": (_from_dict(Roofline, data["roofline"]) if data.get("roofline")
+                         else None),
             "schema": SCHEMA_VERSION,
         })
 

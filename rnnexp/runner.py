@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from rnnexp import isolation, job, platform
+from rnnexp import isolation, job, platform, roofline
 from rnnexp.errors import JobCrashed, RnnexpError
 from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
 from rnnexp.schema import Config
@@ -18,6 +18,8 @@ def run(cfg: Config, choices: dict[str, str], overrides: list[str],
     planned = job.plan(cfg, choices, overrides)
     result = isolation.execute(planned, progress=progress)
     result.git_commit = platform.git_commit()
+    if cfg.bench.roofline:  # after timing, in this process: never inside a timed region
+        result.roofline = roofline.of_result(result)
     return result
 
 

@@ -74,6 +74,9 @@ class BenchConfig:
     # `min_iters` timed iterations ran. null: always run `iters` (fastrnns' fixed count).
     precision: Optional[float] = None
     min_iters: int = 10
+    # Place each result against its device's measured GEMM and copy peaks (rnnexp.roofline;
+    # measured once per device, dtype and thread count, then read from a cache).
+    roofline: bool = True
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "warmup")

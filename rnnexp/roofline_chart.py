@@ -1,0 +1,95 @@
+"""The roofline chart of a sweep, from its MLflow runs: arithmetic intensity (FLOP/byte) against
+achieved GFLOP/s, log-log, one labelled point per job, under the measured ceilings
+min(peak GFLOP/s, intensity × peak GB/s) of each device and dtype the sweep ran on."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from rnnexp.errors import RnnexpError
+from rnnexp.results import OK, label
+from rnnexp.roofline import attainable
+from rnnexp.sinks.mlflow import runs
+
+CHART = "roofline.png"
+# The run metrics a point needs (rnnexp.results.Roofline, logged by the MLflow sink).
+NEEDED = ("roofline_intensity", "roofline_gflops", "roofline_peak_gflops",
+          "roofline_peak_gbps")
+
+
+@dataclass(frozen=True)
+class Point:
+    label: str
+    intensity: float
+    gflops: float
+    peak_gflops: float
+    peak_gbps: float
+    where: str  # the device and dtype whose ceilings apply
+
+
+def points(client, exp_id: str, parent_id: str, keys: Sequence[str]
+           ) -> tuple[list[Point], int]:
+    """The sweep's ok jobs that carry a roofline, and how many ok jobs carry none."""
+    found = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = "
+                                                       f"'{parent_id}'", max_results=10000)
+    out, missing = [], 0
+    for run in sorted(found, key=lambda r: r.info.run_name or ""):
+        tags, m = run.data.tags, run.data.metrics
+        if tags.get("status") != OK:
+            continue
+        if not all(k in m for k in NEEDED):
+            missing += 1
+            continue
+        groups = [g for g in tags.get(runs.TAG_GROUPS, "").split(",") if g]
+        choices = {g: run.data.params.get(g, "?") for g in groups}
+        out.append(Point(label=label(choices, keys), intensity=m["roofline_intensity"],
+                         gflops=m["roofline_gflops"], peak_gflops=m["roofline_peak_gflops"],
+                         peak_gbps=m["roofline_peak_gbps"],
+                         where=f"{tags.get('device_name') or tags.get('device', '?')} "
+                               f"{tags.get('dtype', '')}".strip()))
+    if not out:
+        raise RnnexpError("--roofline: no timed job of this sweep carries roofline metrics — "
+                          "record it with bench.roofline=true (the default)")
+    return out, missing
+
+
+def draw(pts: Sequence[Point], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    # One pair of ceilings per device·dtype (and per measurement, should it differ).
+    ceilings = sorted({(p.where, p.peak_gflops, p.peak_gbps) for p in pts})
+    ridges = [f / b for _, f, b in ceilings]
+    xs = [p.intensity for p in pts] + ridges
+    x = np.geomspace(min(xs) / 4, max(xs) * 4, 256)
+    fig, ax = plt.subplots(figsize=(8.0, 5.5))
+    for i, (where, peak_f, peak_b) in enumerate(ceilings):
+        color = f"C{i}"
+        ax.plot(x, [attainable(v, peak_f, peak_b) for v in x], color=color,
+                label=f"{where}: GEMM {peak_f:.3g} GFLOP/s, copy {peak_b:.3g} GB/s")
+        mine = [p for p in pts if (p.where, p.peak_gflops, p.peak_gbps) ==
+                (where, peak_f, peak_b)]
+        ax.scatter([p.intensity for p in mine], [p.gflops for p in mine], color=color,
+                   zorder=3)
+        for p in mine:
+            ax.annotate(p.label, (p.intensity, p.gflops), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(top=max(f for _, f, _ in ceilings) * 2)  # room above the compute ceiling
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of minimum traffic)")
+    ax.set_ylabel("achieved GFLOP/s (at the median)")
+    ax.set_title(textwrap.fill(title, 80), fontsize=9)  # sweep names can be long
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, title="measured ceilings", title_fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
