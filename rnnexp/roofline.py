@@ -16,6 +16,8 @@ average while shared.
 - Copy: `dst.copy_(src)` of a tensor far larger than the caches (256 MiB on a CPU, 1 GiB on a
   GPU), counting the bytes read and written (2 × size), as the work counts do (minimum
   traffic).
+- On a CPU with several threads, each peak is the better of those threads and one (see
+  `measure`).
 
 The cache lives in `$RNNEXP_CACHE_DIR`, else `$XDG_CACHE_HOME/rnnexp`, else `~/.cache/rnnexp`
 (under `roofline/`); delete a file, or run `python -m rnnexp.roofline --remeasure`, to
@@ -47,7 +49,7 @@ METHOD = 1
 GEMM_START_N = 256
 GEMM_MAX_N = 8192
 GEMM_TARGET_S = 0.01  # one product at least this long: compute-bound, timer overhead nil
-MIN_RUN_TIME_S = 0.5  # blocked_autorange's budget per measurement
+MIN_RUN_TIME_S = 0.2  # blocked_autorange's budget per measurement (its own default)
 CALIBRATE_S = 0.05  # ... and per GEMM size tried on the way
 COPY_BYTES = {"cpu": 256 * 2**20, "cuda": 2**30}
 
@@ -87,6 +89,9 @@ class Peaks:
     measured_at: str  # UTC, ISO 8601
     # 1-minute load average when measured (None where the OS has none): how shared it was.
     load_1min: Optional[float] = None
+    # The thread counts that reached the peaks (CPU: the key's threads or 1; see measure).
+    gemm_threads: int = 0
+    copy_threads: int = 0
 
 
 def _threads(key: Key) -> str:
@@ -108,7 +113,8 @@ def _best_s(timer: Timer, min_run_time: float = MIN_RUN_TIME_S) -> float:
     return min(timer.blocked_autorange(min_run_time=min_run_time).times)
 
 
-def _gemm(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[int, float]:
+def _gemm(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, int]:
+    """(GFLOP/s, n) of the best n×n product."""
     n = GEMM_START_N
     while True:
         a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
@@ -118,31 +124,36 @@ def _gemm(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[int, 
         # Sized by the best of a short block (its first products warm the library up): one
         # product slowed by other work must not stop the growth early.
         if _best_s(timer, CALIBRATE_S) >= GEMM_TARGET_S or 2 * n > GEMM_MAX_N:
-            return n, 2 * n**3 / _best_s(timer) / 1e9
+            return 2 * n**3 / _best_s(timer) / 1e9, n
         n *= 2
 
 
-def _copy(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[int, float]:
-    element = torch.empty((), dtype=dtype).element_size()
-    size = COPY_BYTES["cpu" if device.type == "cpu" else "cuda"]
-    src = torch.ones(size // element, device=device, dtype=dtype)
-    dst = torch.empty_like(src)
-    nbytes = src.numel() * element
+def _copy(src: torch.Tensor, dst: torch.Tensor, threads: int) -> float:
+    """GB/s of one copy, bytes read plus bytes written."""
     timer = Timer("dst.copy_(src)", globals={"src": src, "dst": dst}, num_threads=threads)
-    return nbytes, 2 * nbytes / _best_s(timer) / 1e9
+    return 2 * src.numel() * src.element_size() / _best_s(timer) / 1e9
 
 
 def measure(device: torch.device, dtype: torch.dtype, threads: int) -> Peaks:
-    """GEMM and copy peaks of `device` (its current-device context entered for a GPU)."""
+    """GEMM and copy peaks of `device` (its current-device context entered for a GPU).
+
+    On a CPU with several threads each peak is the better of those threads and one: a library
+    may run a job's small products on one thread, and on an oversubscribed machine several
+    threads can be far slower than one (threads wait at barriers for a descheduled partner),
+    so the threads' number alone could sit below what a job reaches."""
     from rnnexp.device import use_device
 
+    counts = [threads, 1] if device.type == "cpu" and threads > 1 else [threads]
     with use_device(device):
-        gemm_n, gflops = _gemm(device, dtype, threads)
-        copy_bytes, gbps = _copy(device, dtype, threads)
+        (gflops, gemm_n), gemm_threads = max((_gemm(device, dtype, t), t) for t in counts)
+        size = COPY_BYTES["cpu" if device.type == "cpu" else "cuda"]
+        src = torch.ones(size // torch.empty((), dtype=dtype).element_size(), device=device,
+                         dtype=dtype)
+        gbps, copy_threads = max((_copy(src, torch.empty_like(src), t), t) for t in counts)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return Peaks(gflops=gflops, gbps=gbps, gemm_n=gemm_n, copy_bytes=copy_bytes,
+    return Peaks(gflops=gflops, gbps=gbps, gemm_n=gemm_n, copy_bytes=size,
                  measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                 load_1min=load)
+                 load_1min=load, gemm_threads=gemm_threads, copy_threads=copy_threads)
 
 
 def _load(path: Path, key: Key) -> Optional[Peaks]:
