@@ -88,7 +88,7 @@ def _ms(phase: PhaseStats) -> str:
 def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
     table = Table(title=title, caption="times: median ± IQR/2 in ms; rates at the median of "
                                        "forward+backward (forward alone if no backward); "
-                                       "% peak: GFLOP/s · GB/s as % of this device's measured "
+                                       "% peak: GFLOP/s · GB/s as % of the device's measured "
                                        "GEMM · copy peaks")
     for col in ("model", "backend", "shape", "device", "dtype"):
         table.add_column(col)
