@@ -236,8 +236,14 @@ def of_result(result: Result) -> Optional[Roofline]:
     if not result.timed or not result.device:
         return None
     threads = (result.timing.threads if result.timing else 0) or torch.get_num_threads()
-    found = peaks(torch.device(result.device), result.device_name or result.device,
-                  result.dtype or "float32", threads)
+    try:
+        found = peaks(torch.device(result.device), result.device_name or result.device,
+                      result.dtype or "float32", threads)
+    except RuntimeError as err:  # e.g. a GPU without room for the copy: keep the result
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"roofline: could not measure the peaks of {result.device} ({first}); the "
+              "result is recorded without its roofline", file=sys.stderr, flush=True)
+        return None
     return place(result, found)
 
 

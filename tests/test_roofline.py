@@ -132,6 +132,29 @@ def test_a_stale_or_broken_cache_file_is_measured_again(cache):
     assert len(calls) == 4
 
 
+def test_an_unwritable_cache_still_gives_peaks(cache, monkeypatch, capsys):
+    _, calls = cache
+    blocker = Path(os.environ[roofline.CACHE_ENV])
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("a file where the cache folder would be")
+    assert roofline.peaks(CPU, "test cpu", "float32", 1).gflops > 0
+    assert len(calls) == 1 and "not writable" in capsys.readouterr().err
+
+
+def test_a_failed_measurement_keeps_the_result(cache, monkeypatch, capsys):
+    """Simulates a GPU without room for the measurement's tensors."""
+    def out_of_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB\nmore")
+
+    monkeypatch.setattr(roofline, "_gemm", out_of_memory)
+    r = result_of(FWD_BWD)
+    r.timing = None
+    assert roofline.of_result(r) is None
+    assert capsys.readouterr().err.strip().endswith(
+        "roofline: could not measure the peaks of cpu (CUDA out of memory. Tried to allocate "
+        "1.00 GiB); the result is recorded without its roofline")
+
+
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(roofline.CACHE_ENV, str(tmp_path / "here"))
     assert roofline.cache_dir() == tmp_path / "here"
