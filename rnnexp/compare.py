@@ -12,6 +12,8 @@ the raw samples and a Mann-Whitney U test, Holm-corrected across all cells; a di
 is not significant or smaller than `--min-effect` shows as "~" (rnnexp.significance).
 `--fail-on-regression PCT` exits with code 3 when any cell is significantly slower than its
 baseline by PCT% or more, for CI gates.
+The fwd/bwd bar chart is saved (and logged to the sweep's parent run when it is in MLflow), and
+with `--roofline` the sweep's roofline chart (rnnexp.roofline_chart) too.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Optional, Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from rnnexp import exit_codes, significance, summary, sweeps
+from rnnexp import exit_codes, roofline_chart, significance, summary, sweeps
 from rnnexp.errors import RnnexpError
 from rnnexp.report import console, print_error, print_warning
 from rnnexp.results import OK, format_ms, label
@@ -59,6 +61,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--experiment", default="rnnexp", help="experiment (default: rnnexp)")
     parser.add_argument("--output", type=Path, default=None,
                         help="chart PNG path (default: outputs/compare/<sweep>.png)")
+    parser.add_argument("--roofline", action="store_true",
+                        help="also draw the roofline chart: <sweep folder>/summary/roofline.png "
+                             "when the folder is on this machine, else beside the chart")
     args = parser.parse_args(argv)
     if args.baseline and args.against:
         raise RnnexpError("--baseline and --against: choose one (a baseline option within "
@@ -270,6 +275,8 @@ def compare(args: argparse.Namespace) -> int:
                 stores.client.log_artifact(sweep.run_id, str(png), "compare")
                 where = f" (also logged to run {sweep.run_id} under compare/)"
             console.print(f"chart: {png}{where}", highlight=False)
+        if args.roofline:
+            draw_roofline(sweep, runs, keys, png, stores.client)
     doubtful = doubtful_cells(runs, bases, cells)
     if doubtful:
         print_warning(f"{doubtful} of {len(cells)} cells (marked !) compare runs timed on a "
@@ -282,6 +289,25 @@ def compare(args: argparse.Namespace) -> int:
         if found:
             return EXIT_REGRESSION
     return 0
+
+
+def roofline_path(sweep: Sweep, chart: Path) -> Path:
+    """In the sweep's folder when it is on this machine, else beside the fwd/bwd chart."""
+    if sweep.folder is not None and sweep.folder.is_dir():
+        return sweep.folder / summary.SUMMARY_DIR / roofline_chart.CHART
+    return chart.with_name(f"{chart.stem}-{roofline_chart.CHART}")
+
+
+def draw_roofline(sweep: Sweep, runs: list[Run], keys: list[str], chart: Path, client) -> None:
+    pts, missing = roofline_chart.points(runs, keys)
+    roof = roofline_chart.draw(pts, roofline_path(sweep, chart), f"{sweep.name}: roofline")
+    logged = ""
+    if sweep.run_id and client is not None:
+        client.log_artifact(sweep.run_id, str(roof), "compare")
+        logged = ", also logged under compare/"
+    console.print(f"roofline: {roof} ({len(pts)} jobs"
+                  + (f"; {missing} without roofline metrics left out" if missing else "")
+                  + f"{logged})", highlight=False)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -77,16 +77,30 @@ def _verified(result: Result) -> str:
     return v.status or "—"
 
 
+def percent(value: Optional[float]) -> str:
+    return "—" if value is None else (f"{value:.0f}%" if value >= 10 else f"{value:.2g}%")
+
+
+def _peak(result: Result) -> str:
+    """GFLOP/s and GB/s as % of the device's measured GEMM and copy peaks."""
+    roof = result.roofline
+    if roof is None:
+        return "—"
+    return f"{percent(roof.pct_peak_flops)} · {percent(roof.pct_peak_bandwidth)}"
+
+
 def _ms(phase: PhaseStats) -> str:
     return format_ms(phase.median_ms, phase.iqr_ms) if phase.timed else "n/a"
 
 
 def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
     table = Table(title=title, caption="times: median ± IQR/2 in ms; rates at the median of "
-                                       "forward+backward (forward alone if no backward)")
+                                       "forward+backward (forward alone if no backward); "
+                                       "% peak: GFLOP/s · GB/s as % of the device's measured "
+                                       "GEMM · copy peaks")
     for col in ("model", "backend", "shape", "device", "dtype"):
         table.add_column(col)
-    for col in ("fwd ms", "bwd ms", "tokens/s", "GFLOP/s", "GB/s"):
+    for col in ("fwd ms", "bwd ms", "tokens/s", "GFLOP/s", "GB/s", "% peak"):
         table.add_column(col, justify="right")
     table.add_column("verified")
     table.add_column("status")
@@ -94,7 +108,7 @@ def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
         model, backend, shape = (r.choices.get(k, "?") for k in ("model", "backend", "shape"))
         if not r.timed:
             table.add_row(model, backend, shape, r.device or "—", r.dtype or "—",
-                          "—", "—", "—", "—", "—", "—",
+                          "—", "—", "—", "—", "—", "—", "—",
                           f"[yellow]{r.status}[/]: {escape(r.reason)}")
             continue
         if r.backend.name and r.backend.name != backend:
@@ -102,7 +116,7 @@ def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
         times = [_ms(r.phase("forward")), _ms(r.phase("backward"))]
         rate = r.rate_phase
         rates = [_num(rate.tokens_per_s, ",.0f"), _num(rate.gflops, ".2f"),
-                 _num(rate.gbps, ".2f")]
+                 _num(rate.gbps, ".2f"), _peak(r)]
         if r.status == OK:
             status = "[green]ok[/]"
             if r.environment is not None and r.environment.flags:  # see the warning line

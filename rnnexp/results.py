@@ -154,6 +154,31 @@ PHASES = ("forward", "backward", "total")
 
 
 @dataclass
+class Roofline:
+    """Where a result sits against its device's measured limits (rnnexp.roofline): the rates
+    of its rate phase as % of the GEMM and memory-copy peaks measured on that device, dtype
+    and thread count."""
+
+    phase: str = ""  # the phase placed: total (forward+backward), else forward
+    intensity: Optional[float] = None  # arithmetic intensity, FLOP per byte of minimum traffic
+    gflops: Optional[float] = None
+    gbps: Optional[float] = None
+    peak_gflops: Optional[float] = None
+    peak_gbps: Optional[float] = None
+    pct_peak_flops: Optional[float] = None
+    pct_peak_bandwidth: Optional[float] = None
+    # % of the roof at this intensity, min(peak_gflops, intensity × peak_gbps), and which of
+    # the two ceilings that is ("compute" or "memory").
+    pct_attainable: Optional[float] = None
+    bound: str = ""
+    peaks_measured_at: str = ""
+
+    def metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()
+                if isinstance(v, (int, float)) and v is not None}
+
+
+@dataclass
 class Result:
     choices: dict[str, str]
     overrides: list[str]
@@ -171,6 +196,7 @@ class Result:
     timing: Optional[TimingInfo] = None
     # What decides whether the timings can be trusted: load, other busy processes, threads.
     environment: Optional[Environment] = None
+    roofline: Optional[Roofline] = None
     git_commit: str = ""
     started_at: str = ""
     duration_s: float = 0.0
@@ -208,6 +234,7 @@ class Result:
             "phases": {k: p.to_json() for k, p in self.phases.items()},
             "platform": plain(self.platform), "timing": plain(self.timing),
             "environment": plain(self.environment) or None,
+            "roofline": plain(self.roofline) or None,
             "git_commit": self.git_commit, "started_at": self.started_at,
             "duration_s": self.duration_s, "schema": self.schema,
             **({"profile": asdict(self.profile)} if self.profile else {}),
@@ -236,6 +263,8 @@ class Result:
                         else None),
             "environment": (Environment.from_json(data["environment"])
                             if data.get("environment") else None),
+            "roofline": (_from_dict(Roofline, data["roofline"]) if data.get("roofline")
+                         else None),
             "schema": SCHEMA_VERSION,
         })
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from rnnexp import isolation, job, platform
+from rnnexp import isolation, job, platform, roofline
 from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
 from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
 from rnnexp.schema import Config
@@ -22,6 +22,8 @@ def run(cfg: Config, choices: dict[str, str], overrides: list[str],
     planned.output_dir = output_dir
     result = isolation.execute(planned, progress=progress)
     result.git_commit = platform.git_commit()
+    if cfg.bench.roofline:  # after timing, in this process: never inside a timed region
+        result.roofline = roofline.of_result(result)
     return result
 
 

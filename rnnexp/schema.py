@@ -91,6 +91,9 @@ class BenchConfig:
     profile_iters: int = 3
     quiet: QuietMode = QuietMode.warn
     quiet_timeout_s: float = 300.0
+    # Place each result against its device's measured GEMM and copy peaks (rnnexp.roofline;
+    # measured once per device, dtype and thread count, then read from a cache).
+    roofline: bool = True
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "warmup")

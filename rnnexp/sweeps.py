@@ -4,13 +4,13 @@ folder on disk (results.json files) or from the MLflow store (a sweep's parent r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
 from rnnexp import sinks
 from rnnexp.errors import RnnexpError
-from rnnexp.results import Row, label
+from rnnexp.results import Roofline, Row, label
 from rnnexp.sinks.mlflow import runs
 
 # Phases compared: table prefix → Result phase.
@@ -27,6 +27,9 @@ class Run:
     config: dict[str, str] = field(default_factory=dict)
     # The environment flags the run was timed with (busy, oversubscribed, high_spread, ...).
     flags: list[str] = field(default_factory=list)
+    # Where the run sits against its device's measured peaks, and that device and dtype.
+    roofline: Optional[Roofline] = None
+    where: str = ""
 
 
 @dataclass
@@ -34,6 +37,15 @@ class Sweep:
     name: str
     runs: list[Run]
     run_id: Optional[str] = None  # the MLflow parent run (charts are logged there)
+    folder: Optional[Path] = None  # the sweep's folder, when it is on this machine
+
+
+def roofline_of_metrics(metrics: dict[str, float]) -> Optional[Roofline]:
+    """The roofline the MLflow sink logged as roofline_* metrics, if any."""
+    known = {f.name for f in fields(Roofline)}
+    found = {k[len("roofline_"):]: v for k, v in metrics.items() if k.startswith("roofline_")
+             and k[len("roofline_"):] in known}
+    return Roofline(**found) if found else None
 
 
 def comparable(flat: dict[str, str]) -> dict[str, str]:
@@ -56,8 +68,10 @@ def from_folder(folder: Path) -> Sweep:
         found.append(Run(row=Row.of(str(path.relative_to(folder)) or ".", result),
                          samples={p: list(result.phase(name).samples_ms) for p, name in PHASES},
                          config=comparable(config),
-                         flags=list(result.environment.flags) if result.environment else []))
-    return Sweep(name=str(folder), runs=found)
+                         flags=list(result.environment.flags) if result.environment else [],
+                         roofline=result.roofline,
+                         where=f"{result.device_name or result.device} {result.dtype}".strip()))
+    return Sweep(name=str(folder), runs=found, folder=folder)
 
 
 def find_parent(client, exp_id: str, name: Optional[str]):
@@ -97,9 +111,15 @@ def from_store(client, exp_id: str, name: Optional[str]) -> Sweep:
                 history = client.get_metric_history(run.info.run_id, series)
                 samples[p] = [x.value for x in sorted(history, key=lambda x: x.step)]
         flags = run.data.tags.get("env.flags", "none")
+        tags = run.data.tags
         out.append(Run(row=row, samples=samples, config=comparable(dict(run.data.params)),
-                       flags=[] if flags == "none" else flags.split(",")))
+                       flags=[] if flags == "none" else flags.split(","),
+                       roofline=roofline_of_metrics(m),
+                       where=f"{tags.get('device_name') or tags.get('device', '?')} "
+                             f"{tags.get('dtype', '')}".strip()))
     if not out:
         raise RnnexpError(f"sweep '{parent.info.run_name}' has no job runs (yet)")
+    folder = parent.data.tags.get("sweep_dir")
     return Sweep(name=f"{parent.info.run_name}  ({parent.info.run_id})",
-                 runs=sorted(out, key=lambda r: r.row.job), run_id=parent.info.run_id)
+                 runs=sorted(out, key=lambda r: r.row.job), run_id=parent.info.run_id,
+                 folder=Path(folder) if folder and Path(folder).is_dir() else None)

@@ -55,4 +55,19 @@ def load_results(folder: Path) -> dict:
     return json.loads((Path(folder) / "results.json").read_text())
 
 
+@pytest.fixture(autouse=True, scope="session")
+def roofline_cache(tmp_path_factory):
+    """Device peaks are measured into a cache of the test session, never the user's; every
+    CLI subprocess inherits it."""
+    from rnnexp.roofline import CACHE_ENV
+
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("rnnexp-cache"))
+    yield Path(os.environ[CACHE_ENV])
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
+
+
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

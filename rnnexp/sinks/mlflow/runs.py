@@ -133,11 +133,14 @@ def environment_metrics(result: Result) -> dict[str, float]:
 
 
 def metrics_of(result: Result) -> dict[str, float]:
-    """Every statistic and rate of every phase (fwd_median_ms, bwd_gflops, ...)."""
+    """Every statistic and rate of every phase (fwd_median_ms, bwd_gflops, ...) and the
+    roofline placement."""
     metrics: dict[str, float] = {}
     for phase, prefix in PHASE_PREFIX.items():
         for key, value in result.phase(phase).metrics().items():
             metrics[f"{prefix}_{key}"] = value
+    if result.roofline:  # roofline_pct_peak_flops, roofline_intensity, ...
+        metrics.update({f"roofline_{k}": v for k, v in result.roofline.metrics().items()})
     err = result.verification.max_abs_error if result.verification else None
     if isinstance(err, (int, float)):
         metrics["verify_max_abs_error"] = float(err)
