@@ -1,50 +1,51 @@
-"""Run a planned job in a fresh `spawn` process when its backend sets process-global state
-that does not reliably switch back (TorchScript executors and fusers).
+"""Fresh worker processes for measuring, without a fresh `import torch` each.
 
-The basic launcher runs every job of a sweep in one process and joblib/loky reuses worker
-processes, so without this a `jit` job could run under the previous job's executor. The
-child receives the pickled plan (checked already, nothing re-decided), streams progress
-events back and returns the Result; errors come back as one line.
+Two reasons to measure in a fresh process: TorchScript's executor and fuser settings are
+process-global and do not reliably switch back (a `legacy` job after a `profiling` one in the
+same process still runs profiling-executor graphs), and a configuration measured in several
+processes shows the spread between runs (rnnexp.schedule). The basic launcher runs a whole
+sweep in one process and joblib/loky reuses workers, so neither holds without this.
+
+Workers are forked from multiprocessing's fork server, which imports torch and the project
+once (per launching process, i.e. once per sweep) before it forks anything: each worker is a
+new process with fresh TorchScript state, started in tens of milliseconds instead of seconds.
+The fork server itself never runs a tensor operation, so no thread pool or device context is
+forked. A worker receives the pickled plan (checked already, nothing re-decided), answers
+the scheduler's requests (rnnexp.measurer) over a pipe, and errors come back as one line.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import queue as queue_mod
+import traceback
+import weakref
+from typing import Any, Optional
 
 from rnnexp import errors, job
-from rnnexp.results import Result
-from rnnexp.timing import Progress
+from rnnexp.measurer import Finished, Measurer, Ready, Round
+
+# Imported by the fork server before it forks a worker: torch, the measuring code and the
+# common models and backends (a worker imports anything else a plan names on unpickling).
+PRELOAD = ["rnnexp.measurer", "rnnexp.backends.vendor", "rnnexp.backends.torchscript",
+           "rnnexp.models.native", "rnnexp.models.loops", "rnnexp.models.eltwise"]
+
+_live: weakref.WeakSet[Worker] = weakref.WeakSet()
 
 
-class _QueueProgress:
-    """timing.Progress in the child: forwards events to the parent's progress bar."""
-
-    def __init__(self, q):
-        self._q = q
-
-    def phase(self, name: str, total: int) -> None:
-        self._q.put(("phase", name, total))
-
-    def advance(self) -> None:
-        self._q.put(("advance",))
+def _context():
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
-def _child(planned: job.Plan, q) -> None:
-    try:
-        q.put(("result", job.execute(planned, progress=_QueueProgress(q))))
-    except errors.RnnexpError as err:
-        q.put(("error", type(err).__name__, str(err)))
-
-
-def _start_spawned(proc) -> None:
-    """Start a spawn-context process from any process. The child is told the parent's global
-    start method; inside a joblib/loky worker that is "loky", which a fresh interpreter cannot
-    resolve, so the child would die before running anything. Spawn is announced instead."""
+def _start(proc) -> None:
+    """Start a worker from any process. The child is told the parent's global start method;
+    inside a joblib/loky worker that is "loky", which a fresh process cannot resolve, so the
+    child would die before running anything: the fork server's method is announced instead."""
     previous = mp.get_start_method(allow_none=True)
     foreign = previous not in (None, *mp.get_all_start_methods())
     if foreign:
-        mp.set_start_method("spawn", force=True)
+        mp.set_start_method("forkserver", force=True)
     try:
         proc.start()
     finally:
@@ -52,35 +53,93 @@ def _start_spawned(proc) -> None:
             mp.set_start_method(previous, force=True)
 
 
-def execute(planned: job.Plan, progress: Progress | None = None) -> Result:
-    """job.execute, in a fresh process if the backend asks for isolation."""
-    if not planned.backend.isolate:
-        return job.execute(planned, progress=progress)
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(planned, q), daemon=True)
-    _start_spawned(proc)
+def _serve(conn, planned: job.Plan, verify_model: bool, block: Optional[int]) -> None:
+    """The worker's main: set up, then answer requests until told to finish."""
+    measurer = Measurer(planned, verify_model=verify_model, block=block)
     try:
+        conn.send(("ok", measurer.setup()))
         while True:
-            try:
-                msg = q.get(timeout=1.0)
-            except queue_mod.Empty:
-                if not proc.is_alive():
-                    raise errors.JobCrashed(f"the isolated job process exited with code "
-                                             f"{proc.exitcode} before reporting a result"
-                                             ) from None
-                continue
-            if msg[0] == "phase" and progress:
-                progress.phase(msg[1], msg[2])
-            elif msg[0] == "advance" and progress:
-                progress.advance()
-            elif msg[0] == "result":
-                return msg[1]
-            elif msg[0] == "error":
-                # Re-raised as one line (ConfigError's own signature is not needed here).
-                unsupported = msg[1] == "UnsupportedError"
-                raise (errors.UnsupportedError if unsupported else errors.RnnexpError)(msg[2])
+            request = conn.recv()
+            if request[0] == "round":
+                conn.send(("ok", measurer.round(request[1])))
+            else:
+                conn.send(("ok", measurer.finish()))
+                return
+    except errors.RnnexpError as err:
+        conn.send(("error", type(err).__name__, str(err)))
+    except Exception as err:  # the parent records a crash with this line
+        traceback.print_exc()
+        conn.send(("crash", f"{type(err).__name__}: {err}"))
     finally:
-        proc.join(timeout=30)
-        if proc.is_alive():
-            proc.kill()
+        measurer.close()
+        conn.close()
+
+
+class Worker:
+    """A measurer in a fresh worker process; the same calls as `measurer.Measurer`."""
+
+    def __init__(self, planned: job.Plan, *, verify_model: bool, block: Optional[int] = None):
+        ctx = _context()
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, planned, verify_model, block),
+                                 daemon=True)
+        _start(self._proc)
+        child.close()
+        _live.add(self)
+
+    def _answer(self) -> Any:
+        while not self._conn.poll(1.0):
+            if not self._proc.is_alive():
+                raise errors.JobCrashed(f"the worker process exited with code "
+                                        f"{self._proc.exitcode} before reporting a result")
+        try:
+            msg = self._conn.recv()
+        except EOFError:
+            raise errors.JobCrashed("the worker process exited before reporting a result"
+                                    ) from None
+        if msg[0] == "ok":
+            return msg[1]
+        if msg[0] == "crash":
+            raise errors.JobCrashed(f"in the worker process: {msg[1]}")
+        # Re-raised as one line (ConfigError's own signature is not needed here).
+        unsupported = msg[1] == "UnsupportedError"
+        raise (errors.UnsupportedError if unsupported else errors.RnnexpError)(msg[2])
+
+    def setup(self) -> Ready:
+        return self._answer()
+
+    def round(self, n: int) -> Round:
+        self._conn.send(("round", n))
+        return self._answer()
+
+    def finish(self) -> Finished:
+        self._conn.send(("finish",))
+        try:
+            finished = self._answer()
+            self._proc.join(timeout=5)  # it exits after answering
+            return finished
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the worker (it may be blocked waiting for a request)."""
+        _live.discard(self)
+        terminate(self._proc)
+        self._conn.close()
+
+
+def terminate(proc) -> None:
+    """End a worker process that has not exited: terminate, then kill."""
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(timeout=5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout=5)
+
+
+def terminate_workers() -> None:
+    """End every live worker process of this process (on an interrupt or a signal)."""
+    for worker in list(_live):
+        _live.discard(worker)
+        terminate(worker._proc)

@@ -1,11 +1,12 @@
-"""One job from a validated config to a `Result`: plan, then execute — in a fresh process
-when the backend asks for one (rnnexp.isolation) — and the records of jobs that did not run."""
+"""One job from a validated config to a `Result`: plan, then execute — in fresh worker
+processes where the backend or bench.processes asks (rnnexp.schedule) — and the records of
+jobs that did not run."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from rnnexp import isolation, job, platform
+from rnnexp import job, platform
 from rnnexp.errors import JobCrashed, RnnexpError
 from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
 from rnnexp.schema import Config
@@ -16,7 +17,7 @@ def run(cfg: Config, choices: dict[str, str], overrides: list[str],
         progress: Optional[Progress] = None) -> Result:
     """Raises RnnexpError (one line) when the job is refused before timing."""
     planned = job.plan(cfg, choices, overrides)
-    result = isolation.execute(planned, progress=progress)
+    result = job.execute(planned, progress=progress)
     result.git_commit = platform.git_commit()
     return result
 
