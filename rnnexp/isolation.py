@@ -94,7 +94,7 @@ class Worker:
                                         f"{self._proc.exitcode} before reporting a result")
         try:
             msg = self._conn.recv()
-        except EOFError:
+        except (EOFError, OSError):  # closed or reset: the worker is gone
             raise errors.JobCrashed("the worker process exited before reporting a result"
                                     ) from None
         if msg[0] == "ok":
@@ -108,12 +108,21 @@ class Worker:
     def setup(self) -> Ready:
         return self._answer()
 
+    def _ask(self, request: tuple) -> None:
+        try:
+            self._conn.send(request)
+        except OSError:  # the pipe broke: the worker is gone
+            self._proc.join(timeout=1)
+            raise errors.JobCrashed(f"the worker process exited with code "
+                                    f"{self._proc.exitcode} before reporting a result"
+                                    ) from None
+
     def round(self, n: int) -> Round:
-        self._conn.send(("round", n))
+        self._ask(("round", n))
         return self._answer()
 
     def finish(self) -> Finished:
-        self._conn.send(("finish",))
+        self._ask(("finish",))
         try:
             finished = self._answer()
             self._proc.join(timeout=5)  # it exits after answering

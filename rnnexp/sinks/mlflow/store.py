@@ -52,13 +52,29 @@ def artifact_location(uri: str) -> str | None:
     return str(path.parent / "mlruns") if path else None
 
 
+# Connections made in this process, by (uri, experiment): the basic launcher runs every job
+# of a sweep in the process that opened the sweep's parent run, so each job reuses it instead
+# of building a client and looking the experiment up again.
+_CONNECTED: dict[tuple[str, str], tuple[object, str]] = {}
+
+
 def connect(uri: str, experiment: str, create: bool = True):
-    """(MlflowClient, experiment id); creates the SQLite file and the experiment if asked.
+    """(MlflowClient, experiment id), made once per process and store; creates the SQLite
+    file and the experiment if asked.
 
     Creation is race-safe: a sweep creates both before any job starts (parallel first use
     of a SQLite DB races on MLflow's schema migration), and a concurrent creator's
     experiment is picked up if create_experiment loses.
     """
+    key = (uri, experiment)
+    path = sqlite_path(uri)
+    if key in _CONNECTED and (path is None or path.exists()):
+        return _CONNECTED[key]
+    _CONNECTED[key] = _connect(uri, experiment, create)
+    return _CONNECTED[key]
+
+
+def _connect(uri: str, experiment: str, create: bool):
     from mlflow.tracking import MlflowClient
 
     path = sqlite_path(uri)
