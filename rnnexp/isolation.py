@@ -80,6 +80,7 @@ class Worker:
 
     def __init__(self, planned: job.Plan, *, verify_model: bool, block: Optional[int] = None):
         ctx = _context()
+        self._finished = False
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_serve, args=(child, planned, verify_model, block),
                                  daemon=True)
@@ -123,17 +124,16 @@ class Worker:
 
     def finish(self) -> Finished:
         self._ask(("finish",))
-        try:
-            finished = self._answer()
-            self._proc.join(timeout=5)  # it exits after answering
-            return finished
-        finally:
-            self.close()
+        finished = self._answer()
+        self._finished = True  # it exits by itself; multiprocessing reaps it later
+        _live.discard(self)
+        return finished
 
     def close(self) -> None:
         """Stop the worker (it may be blocked waiting for a request)."""
         _live.discard(self)
-        terminate(self._proc)
+        if not self._finished:
+            terminate(self._proc)
         self._conn.close()
 
 
