@@ -5,8 +5,13 @@ zeroing, the backward set-up and the creation of CUDA events happen between the 
 and a forward-only run (no backward, or a forward-only model) is timed under `no_grad`, so
 autograd's graph recording is not part of its time. Automatic GC is switched off
 for the whole loop so it can never fire inside a timed region; a cheap young-generation
-collection runs between iterations instead of fastrnns' full `gc.collect()` (which dominated
+collection runs between samples instead of fastrnns' full `gc.collect()` (which dominated
 its wall time).
+
+A sample is one iteration, or the per-iteration mean of a block of back-to-back iterations
+(`block_for`, as torch.utils.benchmark's blocked_autorange): microsecond kernels timed one by
+one would mostly measure the timer and the loop. A `Timer` keeps a warm workload between
+rounds, so a worker process can time its share of a job in turns (rnnexp.schedule).
 
 The timer knows only the `Steps` protocol below, nothing of models.
 """
