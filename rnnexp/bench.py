@@ -1,84 +1,271 @@
-"""`make bench`: speed goals of the harness itself, as ratios measured side by side in one run.
+"""`make bench`: the harness's own speed and honesty, as ratios measured side by side in one
+run (absolute times on a shared machine are noise; the inputs are printed with each ratio).
 
-Goal: the timer spends little wall time outside the timed regions, and what it does there
-does not disturb the timed regions. fastrnns' trainbench ran a
-full `gc.collect()` before the forward and again before the backward of every iteration; that
-dominated its wall time. Here both loops time the same workload in the same process,
-alternating, and the ratios are printed — absolute times on a shared machine are noise.
+    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa]   (default: all four)
+
+- overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
+  jobs' own work (timed samples, warm-up, verification), per job, from two sweeps of N1 and
+  N2 jobs (the difference removes the once-per-sweep start-up); against the timed work.
+- fastrnns: wall time of fastrnns' RNN set (seq 20, input 128, hidden 128, batch 16:
+  lstm and py under backend=aten, the five jit* loops under backend=jit executor=simple) with
+  bench=default (10 + 100) against bench=adaptive, MLflow on, and the precision each
+  claims. `--baseline PATH` adds the same fixed sweeps run from another checkout (e.g. the
+  previous version), interleaved.
+- fidelity: rnnexp's timer against torch.utils.benchmark.Timer.blocked_autorange on the same
+  callables (an nn.LSTM forward and the microsecond eltwise tail), interleaved.
+- aa: A/A coverage of the between-process interval: a configuration measured with
+  bench=adaptive, then re-run in fresh single processes; how often a rerun's median lands
+  inside the interval the first run reported (the interval's promise is ~95%).
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Sequence
 
+import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from rnnexp.models.native import lstm
-from rnnexp.schema import ShapeConfig
-from rnnexp.stats import summarize
-from rnnexp.timing import PerfCounterClock, Samples, measure
-from rnnexp.workload import Workload, WorkloadSpec
+from rnnexp import config_check, job, schema, stats
+from rnnexp.results import Result
+from rnnexp.timing import PerfCounterClock, Timer, block_for
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+ROOT = Path(__file__).resolve().parent.parent
+SHAPE = ["shape.seq_len=20", "shape.input_size=128", "shape.hidden_size=128",
+         "shape.batch_size=16"]
+# fastrnns' RNN set on a CPU: its cudnn/aten runners are model=lstm under backend=aten; py is
+# eager Python (never scripted), the jit* loops are TorchScripted.
+FASTRNNS_SET = [
+    ["model=lstm,py", "backend=aten", *SHAPE],
+    ["model=jit,jit_premul,jit_premul_bias,jit_simple,jit_multilayer", "backend=jit",
+     "backend.executor=simple", *SHAPE],
+]
 
 
-def fastrnns_style(w: Workload, warmup: int, iters: int) -> Samples:
-    """fastrnns trainbench's loop: full gc.collect() before each timed phase."""
-    clock, samples = PerfCounterClock(), Samples()
-    for i in range(warmup + iters):
-        gc.collect()
-        start = clock.mark()
-        out = w.run_forward()
-        end = clock.mark()
-        args = w.backward_setup(out)
-        gc.collect()
-        b_start = clock.mark()
-        w.backward(*args)
-        b_end = clock.mark()
-        w.zero_grad()
-        if i >= warmup:
-            samples.forward_ms.append(clock.elapsed_ms(start, end))
-            samples.backward_ms.append(clock.elapsed_ms(b_start, b_end))
-    return samples
+PARTS = ("overhead", "fastrnns", "fidelity", "aa")
 
 
-def rnnexp_loop(w: Workload, warmup: int, iters: int) -> Samples:
-    return measure(w, warmup=warmup, iters=iters, clock=PerfCounterClock())
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f} on {os.cpu_count()} CPUs"
+
+
+# --- sweeps through the real CLI ----------------------------------------------------------
+
+def sweep(overrides: Sequence[str], folder: Path, root: Path = ROOT) -> tuple[float, list]:
+    """Run `python -m rnnexp -m ...` from checkout `root` with MLflow on (a store in `folder`);
+    (wall seconds, results)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONWARNINGS": "ignore",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{folder.resolve()}/mlflow.db"}
+    cmd = [sys.executable, "-m", "rnnexp", "-m", *overrides,
+           f"hydra.sweep.dir={folder.resolve()}/sweep"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"error: sweep failed ({' '.join(overrides)}): "
+                         f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    results = [json.loads(p.read_text())
+               for p in sorted((folder / "sweep").glob("*/results.json"))]
+    return wall, results
+
+
+def timed_s(result: dict) -> float:
+    """Seconds of timed samples (each sample is the mean of `block` iterations)."""
+    timing = result.get("timing") or {}
+    if timing.get("timed_s") is not None:
+        return float(timing["timed_s"])
+    phases = result.get("phases") or {}
+    total = sum(sum(p.get("samples_ms") or []) for p in
+                (phases.get("forward", {}), phases.get("backward", {})))
+    return total / 1e3 * int(timing.get("block") or 1)
+
+
+def work_s(result: dict) -> float:
+    """The job's own work: timed samples, warm-up — the backend's untimed first runs
+    included — and verification (as far as the result records them)."""
+    timing, backend = result.get("timing") or {}, result.get("backend") or {}
+    return timed_s(result) + sum(float(timing.get(k) or 0) for k in ("warmup_s", "verify_s")) \
+        + sum(float(backend.get(k) or 0) for k in ("first_call_s", "optimize_s"))
+
+
+def overhead(n1: int, n2: int, tmp: Path) -> None:
+    base = ["model=jit", "backend=jit", "backend.executor=simple", "shape=small",
+            "bench=quick"]
+    runs = {}
+    for n in (n1, n2):  # seeds make n distinct jobs, each in its own worker process
+        wall, results = sweep([*base, f"seed=range(0,{n})"], tmp / f"overhead{n}")
+        runs[n] = (wall, sum(work_s(r) for r in results), sum(timed_s(r) for r in results))
+    (w1, k1, t1), (w2, k2, t2) = runs[n1], runs[n2]
+    per_job = ((w2 - k2) - (w1 - k1)) / (n2 - n1)
+    startup = (w1 - k1) - n1 * per_job
+    timed_per_job = (t2 - t1) / (n2 - n1)
+    table = Table(title=f"per-job overhead in a sweep, MLflow on ({load()})")
+    for col in ("inputs", "per-job overhead", "timed work per job", "overhead / timed",
+                "once per sweep"):
+        table.add_column(col, justify="right")
+    table.add_row(f"{' '.join(base)}; sweeps of {n1} and {n2} jobs: walls {w1:.1f} s, "
+                  f"{w2:.1f} s; jobs' own work {k1:.1f} s, {k2:.1f} s",
+                  f"{per_job:.2f} s", f"{timed_per_job:.3f} s",
+                  f"{per_job / timed_per_job:.1f}×" if timed_per_job > 0 else "—",
+                  f"{startup:.1f} s")
+    console.print(table)
+
+
+def claimed(result: dict) -> float:
+    """The relative half-width of the interval a result claims for fwd+bwd: between
+    processes if it has one, else its median's within-process 95% interval."""
+    total = (result.get("phases") or {}).get("total") or {}
+    median = total.get("median_ms")
+    low, high = total.get("between_low_ms"), total.get("between_high_ms")
+    if low is None or high is None:
+        low, high = total.get("median_ci_low_ms"), total.get("median_ci_high_ms")
+    if not median or low is None or high is None:
+        return float("nan")
+    return (high - low) / 2 / median
+
+
+def fastrnns(rounds: int, tmp: Path, baseline: Path | None) -> None:
+    variants = [("fixed (bench=default)", ROOT, ["bench=default"]),
+                ("adaptive (bench=adaptive)", ROOT, ["bench=adaptive"])]
+    if baseline is not None:
+        variants.insert(0, (f"fixed, {baseline}", baseline, ["bench=default"]))
+    walls = {name: [] for name, _, _ in variants}
+    results = {name: [] for name, _, _ in variants}
+    for r in range(rounds):  # alternate, so drift hits every variant alike
+        for i, (name, root, extra) in enumerate(variants):
+            wall = 0.0
+            for j, overrides in enumerate(FASTRNNS_SET):
+                w, res = sweep([*overrides, *extra], tmp / f"fastrnns{r}_{i}_{j}", root)
+                wall += w
+                results[name].extend(res)
+            walls[name].append(wall)
+    fixed = "fixed (bench=default)"
+    ref = float(np.median(walls[fixed]))
+    table = Table(title=f"fastrnns set ({len(results[fixed]) // rounds} jobs, MLflow on; "
+                        f"{rounds} round(s), interleaved; {load()})")
+    for col in ("variant", "wall time", "÷ fixed", "timed work", "claimed ± (median job)",
+                "interval kind", "stopped"):
+        table.add_column(col, justify="right")
+    for name, _, _ in variants:
+        res = results[name]
+        wall = float(np.median(walls[name]))
+        between = any((r["phases"].get("total") or {}).get("between_low_ms") is not None
+                      for r in res)
+        stops = sorted({(r.get("timing") or {}).get("stopped") or "iters" for r in res})
+        table.add_row(name, f"{wall:.1f} s", f"{wall / ref:.2f}×",
+                      f"{sum(timed_s(r) for r in res) / rounds:.1f} s",
+                      f"±{100 * float(np.nanmedian([claimed(r) for r in res])):.1f}%",
+                      "new run, between processes" if between else "median, one process",
+                      ",".join(stops))
+    console.print(table)
+
+
+# --- in this process ------------------------------------------------------------------------
+
+def planned(overrides: Sequence[str]) -> job.Plan:
+    schema.register()
+    (cfg,) = config_check.check(list(overrides), multirun=False)
+    choices = dict(o.split("=", 1) for o in overrides if "." not in o.split("=", 1)[0])
+    return job.plan(cfg, choices, list(overrides))
+
+
+def fidelity(rounds: int) -> None:
+    """Our Timer and torch.utils.benchmark.Timer on the same forward, alternating."""
+    from torch.utils import benchmark
+
+    table = Table(title=f"timer fidelity: rnnexp Timer vs torch.utils.benchmark.Timer "
+                        f"({rounds} rounds, interleaved; {load()})")
+    for col in ("callable", "rnnexp median", "torch median", "rnnexp / torch", "block"):
+        table.add_column(col, justify="right")
+    for label, overrides in (("nn.LSTM forward, fastrnns shape",
+                              ["model=lstm", "backend=aten", "device=cpu", *SHAPE]),
+                             ("eltwise forward, 16×128", ["model=eltwise", "backend=aten",
+                                                          "device=cpu", *SHAPE])):
+        p = planned([*overrides, "bench.backward=false"])
+        with p.backend.context():
+            w = p.backend.prepare(job.build_workload(p.cfg, p.spec))
+            ours, theirs = [], []
+            timer = Timer(w, PerfCounterClock(), backward=False)
+            block = block_for(timer.warmup(20), 1.0)
+            reference = benchmark.Timer("with torch.no_grad(): w.run_forward()",
+                                        globals={"w": w, "torch": torch})
+            for _ in range(rounds):
+                ours.append(stats.median(timer.run(30, block=block).forward_ms))
+                theirs.append(reference.blocked_autorange(min_run_time=0.2).median * 1e3)
+        a, b = float(np.median(ours)), float(np.median(theirs))
+        table.add_row(label, f"{a:.4f} ms", f"{b:.4f} ms", f"{a / b:.3f}", str(block))
+    console.print(table)
+
+
+def aa(trials: int, reruns: int, overrides: Sequence[str]) -> tuple[int, int]:
+    """A/A: measure with bench=adaptive, then rerun in fresh single processes; count the
+    reruns whose fwd+bwd median lands inside the first run's between-process interval."""
+    inside = total = 0
+    widths = []
+    for _ in range(trials):
+        first: Result = job.execute(planned([*overrides, "bench=adaptive"]))
+        t = first.phase("total")
+        widths.append((t.between_high_ms - t.between_low_ms) / 2 / t.median_ms
+                      if t.between_low_ms is not None else float("nan"))
+        for _ in range(reruns):
+            again = job.execute(planned([*overrides, "bench=adaptive", "bench.processes=1",
+                                         "bench.max_processes=1", "bench.precision=null",
+                                         "bench.iters=20", "bench.verify=false"]))
+            median = again.phase("total").median_ms
+            total += 1
+            if t.between_low_ms is not None and t.between_low_ms <= median <= t.between_high_ms:
+                inside += 1
+    table = Table(title=f"A/A coverage of the between-process interval ({load()})")
+    for col in ("configuration", "trials × reruns", "inside", "coverage",
+                "claimed ± (median)"):
+        table.add_column(col, justify="right")
+    table.add_row(" ".join(overrides), f"{trials} × {reruns}", f"{inside}/{total}",
+                  f"{100 * inside / max(total, 1):.0f}%",
+                  f"±{100 * float(np.nanmedian(widths)):.1f}%")
+    console.print(table)
+    return inside, total
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("parts", nargs="*", default=[],
+                        help="any of: overhead fastrnns fidelity aa (default: all)")
+    parser.add_argument("--jobs", type=int, nargs=2, default=[2, 8], metavar=("N1", "N2"),
+                        help="overhead: the two sweep sizes (default 2 8)")
+    parser.add_argument("--rounds", type=int, default=1, help="fastrnns: interleaved rounds")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="fastrnns: also run the fixed sweeps from this checkout")
+    parser.add_argument("--trials", type=int, default=4, help="aa: first runs")
+    parser.add_argument("--reruns", type=int, default=5, help="aa: reruns per first run")
     args = parser.parse_args(argv)
-
-    shape = ShapeConfig(seq_len=8, input_size=32, hidden_size=32, batch_size=4)
-    spec = WorkloadSpec(shape=shape, device=torch.device("cpu"), dtype=torch.float32, seed=0)
-    workload = lstm(spec)
-
-    walls: dict[str, list[float]] = {"rnnexp": [], "fastrnns": []}
-    medians: dict[str, list[float]] = {"rnnexp": [], "fastrnns": []}
-    for _ in range(args.rounds):  # alternate so drift hits both alike
-        for name, loop in (("rnnexp", rnnexp_loop), ("fastrnns", fastrnns_style)):
-            t0 = time.perf_counter()
-            samples = loop(workload, 5, args.iters)
-            walls[name].append(time.perf_counter() - t0)
-            medians[name].append(summarize(samples.total_ms)["median_ms"])
-
-    wall = {k: summarize(v)["median_ms"] for k, v in walls.items()}
-    timed = {k: summarize(v)["median_ms"] for k, v in medians.items()}
-    table = Table(title=f"harness overhead ({args.iters} iterations × {args.rounds} rounds, "
-                        "nn.LSTM small, CPU)")
-    table.add_column("measure")
-    table.add_column("fastrnns-style / rnnexp", justify="right")
-    table.add_row("wall time of the whole loop", f"{wall['fastrnns'] / wall['rnnexp']:.2f}×")
-    # Not ≈1: a full collection right before a timed region evicts caches and, on a busy
-    # machine, spends the time slice, so fastrnns' own samples come out inflated.
-    table.add_row("median fwd+bwd sample",
-                  f"{timed['fastrnns'] / timed['rnnexp']:.2f}×")
-    Console().print(table)
+    parts = args.parts or list(PARTS)
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown part {', '.join(unknown)} — choose from {', '.join(PARTS)}")
+    console.print(f"rnnexp bench · torch {torch.__version__} · {os.cpu_count()} CPUs · "
+                  f"{time.strftime('%Y-%m-%d %H:%M %Z')} · {load()}", highlight=False)
+    with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
+        if "overhead" in parts:
+            overhead(*args.jobs, Path(tmp))
+        if "fastrnns" in parts:
+            fastrnns(args.rounds, Path(tmp), args.baseline)
+    if "fidelity" in parts:
+        fidelity(rounds=5)
+    if "aa" in parts:
+        aa(args.trials, args.reruns, ["model=jit", "backend=jit", "backend.executor=simple",
+                                      "device=cpu", *SHAPE])
 
 
 if __name__ == "__main__":

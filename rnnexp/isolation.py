@@ -1,55 +1,65 @@
-"""Run a planned job in a fresh `spawn` process when its backend sets process-global state
-that does not reliably switch back (TorchScript executors and fusers).
+"""Fresh worker processes for measuring, without a fresh `import torch` each.
 
-The basic launcher runs every job of a sweep in one process and joblib/loky reuses worker
-processes, so without this a `jit` job could run under the previous job's executor. The
-child receives the pickled plan (checked already, nothing re-decided), streams progress
-events back and returns the Result; a refusal or a crash comes back as one line with the
-real exception. The child leaves signals to its parent (which kills it at once on Ctrl-C or
-SIGTERM) and dies with it if the parent is killed outright.
+Two reasons to measure in a fresh process: TorchScript's executor and fuser settings are
+process-global and do not reliably switch back (a `legacy` job after a `profiling` one in the
+same process still runs profiling-executor graphs), and a configuration measured in several
+processes shows the spread between runs (rnnexp.schedule). The basic launcher runs a whole
+sweep in one process and joblib/loky reuses workers, so neither holds without this.
+
+Workers are forked from multiprocessing's fork server, which imports torch and the project
+once (per launching process, i.e. once per sweep) before it forks anything: each worker is a
+new process with fresh TorchScript state, started in tens of milliseconds instead of seconds.
+The fork server itself never runs a tensor operation, so no thread pool or device context is
+forked. A worker receives the pickled plan (checked already, nothing re-decided), answers
+the scheduler's requests (rnnexp.measurer) over a pipe, and errors come back as one line.
+A worker leaves signals to the job's process (which ends it at once on Ctrl-C or SIGTERM: the
+scheduler closes every share on the way out) and dies with the fork server if that is killed
+outright, which itself exits with the job's process.
 """
 
 from __future__ import annotations
 
 import ctypes
 import multiprocessing as mp
-import queue as queue_mod
+import os
 import signal
 import sys
+import traceback
+import weakref
+from typing import Any, Optional
 
 from rnnexp import errors, job, memory
-from rnnexp.results import Result
-from rnnexp.timing import Progress
+from rnnexp.measurer import Finished, Measurer, Ready, Round
+
+# Imported by the fork server before it forks a worker: torch, the measuring code and the
+# common models and backends (a worker imports anything else a plan names on unpickling).
+PRELOAD = ["rnnexp.measurer", "rnnexp.backends.vendor", "rnnexp.backends.torchscript",
+           "rnnexp.models.native", "rnnexp.models.loops", "rnnexp.models.eltwise"]
+
+_live: weakref.WeakSet[Worker] = weakref.WeakSet()
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-class _QueueProgress:
-    """timing.Progress in the child: forwards events to the parent's progress bar."""
-
-    def __init__(self, q):
-        self._q = q
-
-    def phase(self, name: str, total: int) -> None:
-        self._q.put(("phase", name, total))
-
-    def advance(self) -> None:
-        self._q.put(("advance",))
+def _context():
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
-def run(planned: job.Plan, progress: Progress | None = None) -> Result:
-    """job.execute with every exception but a refusal turned into a one-line JobCrashed (an
-    out-of-memory names the shape, and the memory is given back)."""
+def _start(proc) -> None:
+    """Start a worker from any process. The child is told the parent's global start method;
+    inside a joblib/loky worker that is "loky", which a fresh process cannot resolve, so the
+    child would die before running anything: the fork server's method is announced instead."""
+    previous = mp.get_start_method(allow_none=True)
+    foreign = previous not in (None, *mp.get_all_start_methods())
+    if foreign:
+        mp.set_start_method("forkserver", force=True)
     try:
-        return job.execute(planned, progress=progress)
-    except errors.RnnexpError:
-        raise
-    except Exception as err:
-        if memory.is_out_of_memory(err):
-            memory.release()
-            raise errors.JobCrashed(f"out of memory at {memory.shape_text(planned.cfg.shape)}: "
-                                    f"{errors.crash_line(err)}") from err
-        raise errors.JobCrashed(errors.crash_line(err)) from err
+        proc.start()
+    finally:
+        if foreign:
+            mp.set_start_method(previous, force=True)
 
 
 def _die_with_parent() -> None:
@@ -62,68 +72,116 @@ def _die_with_parent() -> None:
             pass
 
 
-def _child(planned: job.Plan, q) -> None:
-    # Ctrl-C reaches the whole process group; the parent decides and kills this process.
+def crash_line(planned: job.Plan, err: BaseException) -> str:
+    """One line for a crash while measuring; an out-of-memory names the shape (and the memory
+    is given back)."""
+    if memory.is_out_of_memory(err):
+        memory.release()
+        return f"out of memory at {memory.shape_text(planned.cfg.shape)}: " \
+               f"{errors.crash_line(err)}"
+    return errors.crash_line(err)
+
+
+def _serve(conn, planned: job.Plan, verify_model: bool, block: Optional[int]) -> None:
+    """The worker's main: set up, then answer requests until told to finish."""
+    # Ctrl-C reaches the whole process group; the job's process decides and ends this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    measurer = Measurer(planned, verify_model=verify_model, block=block)
     try:
-        q.put(("result", run(planned, progress=_QueueProgress(q))))
-    except errors.RnnexpError as err:
-        q.put(("error", type(err).__name__, str(err)))
-
-
-def _start_spawned(proc) -> None:
-    """Start a spawn-context process from any process. The child is told the parent's global
-    start method; inside a joblib/loky worker that is "loky", which a fresh interpreter cannot
-    resolve, so the child would die before running anything. Spawn is announced instead."""
-    previous = mp.get_start_method(allow_none=True)
-    foreign = previous not in (None, *mp.get_all_start_methods())
-    if foreign:
-        mp.set_start_method("spawn", force=True)
-    try:
-        proc.start()
-    finally:
-        if foreign:
-            mp.set_start_method(previous, force=True)
-
-
-_ERRORS = {"UnsupportedError": errors.UnsupportedError, "JobCrashed": errors.JobCrashed}
-
-
-def execute(planned: job.Plan, progress: Progress | None = None) -> Result:
-    """job.execute (through `run`), in a fresh process if the backend asks for isolation."""
-    if not planned.backend.isolate:
-        return run(planned, progress=progress)
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(planned, q), daemon=True)
-    _start_spawned(proc)
-    finished = False
-    try:
+        conn.send(("ok", measurer.setup()))
         while True:
-            try:
-                msg = q.get(timeout=0.5)
-            except queue_mod.Empty:
-                if not proc.is_alive():
-                    raise errors.JobCrashed(f"the isolated job process exited with code "
-                                            f"{proc.exitcode} before reporting a result"
-                                            ) from None
-                continue
-            if msg[0] == "phase" and progress:
-                progress.phase(msg[1], msg[2])
-            elif msg[0] == "advance" and progress:
-                progress.advance()
-            elif msg[0] == "result":
-                finished = True
-                return msg[1]
-            elif msg[0] == "error":
-                finished = True
-                # Re-raised as one line (ConfigError's own signature is not needed here).
-                raise _ERRORS.get(msg[1], errors.RnnexpError)(msg[2])
+            request = conn.recv()
+            if request[0] == "round":
+                conn.send(("ok", measurer.round(request[1])))
+            else:
+                conn.send(("ok", measurer.finish()))
+                return
+    except errors.RnnexpError as err:
+        conn.send(("error", type(err).__name__, str(err)))
+    except Exception as err:  # the parent records a crash with this line
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":  # as for the job's own process
+            traceback.print_exc()
+        conn.send(("crash", crash_line(planned, err)))
     finally:
-        # After a result the child exits by itself; otherwise (a signal, a crash) it is
-        # killed now rather than left running.
-        proc.join(timeout=30 if finished else 0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=5)
+        measurer.close()
+        conn.close()
+
+
+class Worker:
+    """A measurer in a fresh worker process; the same calls as `measurer.Measurer`."""
+
+    def __init__(self, planned: job.Plan, *, verify_model: bool, block: Optional[int] = None):
+        ctx = _context()
+        self._finished = False
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, planned, verify_model, block),
+                                 daemon=True)
+        _start(self._proc)
+        child.close()
+        _live.add(self)
+
+    def _answer(self) -> Any:
+        while not self._conn.poll(1.0):
+            if not self._proc.is_alive():
+                raise errors.JobCrashed(f"the worker process exited with code "
+                                        f"{self._proc.exitcode} before reporting a result")
+        try:
+            msg = self._conn.recv()
+        except (EOFError, OSError):  # closed or reset: the worker is gone
+            raise errors.JobCrashed("the worker process exited before reporting a result"
+                                    ) from None
+        if msg[0] == "ok":
+            return msg[1]
+        if msg[0] == "crash":
+            raise errors.JobCrashed(msg[1])
+        # Re-raised as one line (ConfigError's own signature is not needed here).
+        unsupported = msg[1] == "UnsupportedError"
+        raise (errors.UnsupportedError if unsupported else errors.RnnexpError)(msg[2])
+
+    def setup(self) -> Ready:
+        return self._answer()
+
+    def _ask(self, request: tuple) -> None:
+        try:
+            self._conn.send(request)
+        except OSError:  # the pipe broke: the worker is gone
+            self._proc.join(timeout=1)
+            raise errors.JobCrashed(f"the worker process exited with code "
+                                    f"{self._proc.exitcode} before reporting a result"
+                                    ) from None
+
+    def round(self, n: int) -> Round:
+        self._ask(("round", n))
+        return self._answer()
+
+    def finish(self) -> Finished:
+        self._ask(("finish",))
+        finished = self._answer()
+        self._finished = True  # it exits by itself; multiprocessing reaps it later
+        _live.discard(self)
+        return finished
+
+    def close(self) -> None:
+        """Stop the worker (it may be blocked waiting for a request)."""
+        _live.discard(self)
+        if not self._finished:
+            terminate(self._proc)
+        self._conn.close()
+
+
+def terminate(proc) -> None:
+    """End a worker process that has not exited: terminate, then kill."""
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(timeout=5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout=5)
+
+
+def terminate_workers() -> None:
+    """End every live worker process of this process (on an interrupt or a signal)."""
+    for worker in list(_live):
+        _live.discard(worker)
+        terminate(worker._proc)

@@ -2,7 +2,8 @@
 
 `plan` resolves the device and backend and checks that the combination can run — it builds
 nothing and times nothing, so every refusal comes before any timing (the support matrix uses
-the same function). `execute` builds the model, verifies it, times it and summarises.
+the same function). `execute` measures it — build, verify, time, in one or more processes
+(rnnexp.schedule) — and summarises.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Callable, Optional
 import torch
 from omegaconf import OmegaConf
 
-from rnnexp import environment, memory, profiling, stats, targets
+from rnnexp import environment, memory, stats, targets
 from rnnexp import platform as platform_mod
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, device_name, resolve_device, torch_dtype
@@ -31,8 +32,8 @@ from rnnexp.results import (
     without_rates,
 )
 from rnnexp.schema import BenchConfig, Config
-from rnnexp.timing import Progress, Samples, clock_for, measure
-from rnnexp.verify import Verification, verify
+from rnnexp.timing import Progress, Samples
+from rnnexp.verify import Verification
 from rnnexp.workload import Workload, WorkloadSpec
 
 
@@ -74,52 +75,22 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
 
 
 def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
-    cfg, spec = p.cfg, p.spec
+    """Measure the planned job in its process(es) (rnnexp.schedule) and make its Result."""
+    from rnnexp import schedule  # schedule imports this module
+
+    cfg = p.cfg
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
-    if cfg.bench.num_threads:
-        torch.set_num_threads(cfg.bench.num_threads)
-    with p.backend.context():
-        # Building (scripting, compiling) and verifying can take long: show them as phases.
-        _step(progress, "build")
-        workload = p.backend.prepare(build_workload(cfg, spec))
-        _step(progress, "build", done=True)
-        if cfg.bench.verify:
-            _step(progress, "verify")
-            verification = verify(workload, spec.dtype, backward=cfg.bench.backward)
-            _step(progress, "verify", done=True)
-        else:
-            verification = Verification("skipped", detail="bench.verify=false")
-        env = environment.machine(p.plat.cpu_name)
-        env.quiet = cfg.bench.quiet.value
-        # Other processes are looked at right before timing (and waited for, or refused,
-        # as bench.quiet says) and right after.
-        env.before, env.waited_s = environment.settle(cfg.bench.quiet.value,
-                                                      cfg.bench.quiet_timeout_s, progress)
-        clock = clock_for(p.device)
-        samples = measure(workload, warmup=cfg.bench.warmup, iters=cfg.bench.iters, clock=clock,
-                          backward=cfg.bench.backward, progress=progress,
-                          done=precision_target(cfg.bench),
-                          on_timed_start=lambda: p.backend.timed_start(workload))
-        recompiled = p.backend.timed_changes(workload)
-        profile = None
-        if cfg.bench.profile:  # after timing, never during
-            _step(progress, "profile")
-            profile = profiling.record(workload, p.device, cfg.bench.profile_iters,
-                                       p.output_dir or Path.cwd())
-            _step(progress, "profile", done=True)
-        p.backend.finish(workload)
-        env.after = environment.look()
-        env.gpu = environment.gpu_state(p.device)
-
-    no_backward = workload.no_backward_reason or ("" if cfg.bench.backward
-                                                   else "bench.backward=false")
-    phases = phase_stats(samples, workload.work, no_backward)
+    m = schedule.measure(p, progress)
+    ready, env = m.ready, m.environment
+    verification = ready.verification or Verification("skipped", detail="not verified")
+    phases = phase_stats(m.pooled(), ready.work, ready.no_backward_reason,
+                         per_process=m.per_process)
     environment.assess(env, environment.spreads_of(phases), p.device)
     if not verification.ok:
         status, reason = INVALID, f"verification failed: {verification.detail}"
-    elif recompiled:
-        status, reason = RECOMPILED, recompiled
+    elif m.recompiled:
+        status, reason = RECOMPILED, m.recompiled
     else:
         status, reason = OK, ""
     return Result(
@@ -131,19 +102,22 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
         device=str(p.device),
         device_name=device_name(p.device, p.plat),
         dtype=cfg.dtype.value,
-        backend=BackendInfo.from_json(p.backend.info()),
+        backend=BackendInfo.from_json(m.backend),
         verification=verification,
-        work=workload.work,
+        work=ready.work,
         # Samples and statistics stay for diagnosis; rates only for a valid timing.
         phases=phases if status == OK else without_rates(phases),
         platform=p.plat,
-        timing=TimingInfo(clock=clock.name, warmup=cfg.bench.warmup, iters=cfg.bench.iters,
-                          timed_iters=len(samples.forward_ms),
-                          precision=cfg.bench.precision, threads=torch.get_num_threads()),
+        timing=TimingInfo(clock=ready.clock, warmup=cfg.bench.warmup, iters=cfg.bench.iters,
+                          timed_iters=sum(len(s.forward_ms) for s in m.per_process),
+                          precision=cfg.bench.precision, threads=ready.threads,
+                          block=ready.block, processes=len(m.per_process), stopped=m.stopped,
+                          budget_s=cfg.bench.budget_s, measure_s=m.wall_s, setup_s=m.setup_s,
+                          verify_s=ready.verify_s, warmup_s=m.warmup_s, timed_s=m.timed_s),
         environment=env,
         started_at=started.isoformat(timespec="seconds"),
         duration_s=time.perf_counter() - t0,
-        profile=profile,
+        profile=m.profile,
     )
 
 
@@ -157,16 +131,6 @@ def precision_target(bench: BenchConfig) -> Optional[Callable[[Samples], bool]]:
                 and stats.precise_enough(samples.total_ms, bench.precision))
 
     return done
-
-
-def _step(progress: Optional[Progress], name: str, done: bool = False) -> None:
-    """A one-step progress phase around work that is not iterations."""
-    if progress is None:
-        return
-    if done:
-        progress.advance()
-    else:
-        progress.phase(name, 1)
 
 
 def plain_config(cfg: Any) -> dict[str, Any]:

@@ -84,6 +84,15 @@ class PhaseStats:
     tokens_per_s: Optional[float] = None
     gflops: Optional[float] = None
     gbps: Optional[float] = None
+    # Between processes (bench.processes > 1): the phase's median in each process, and where
+    # the median of a new run in a fresh process is expected to fall (95% prediction interval
+    # from those medians, stats.between_processes; null below 3 processes). between_spread:
+    # the standard deviation of their logarithms (≈ their relative spread).
+    processes: int = 1
+    process_medians_ms: list[float] = field(default_factory=list)
+    between_low_ms: Optional[float] = None
+    between_high_ms: Optional[float] = None
+    between_spread: Optional[float] = None
     samples_ms: list[float] = field(default_factory=list)
     # Set instead of everything above when the phase was not timed, with the reason.
     not_applicable: Optional[str] = None
@@ -109,9 +118,16 @@ class PhaseStats:
         return data
 
     @classmethod
-    def of(cls, values: Sequence[float], *, tokens: int, flops: float, nbytes: float
-           ) -> PhaseStats:
+    def of(cls, values: Sequence[float], *, tokens: int, flops: float, nbytes: float,
+           per_process: Sequence[Sequence[float]] = ()) -> PhaseStats:
         summary = stats.summarize(values)
+        if len(per_process) > 1:
+            medians = [stats.median(v) for v in per_process]
+            interval = stats.between_processes(medians)
+            summary.update(processes=len(medians), process_medians_ms=medians,
+                           between_low_ms=interval["low_ms"],
+                           between_high_ms=interval["high_ms"],
+                           between_spread=interval["spread"])
         summary.update(stats.rates(summary["median_ms"], tokens=tokens, flops=flops,
                                    nbytes=nbytes))
         # Undefined statistics (a median interval from too few samples) are null, not NaN:
@@ -148,6 +164,19 @@ class TimingInfo:
     timed_iters: int = 0
     precision: Optional[float] = None
     threads: int = 0
+    # Iterations per sample (bench.block_ms), processes that measured, why measuring stopped
+    # (iters | precision | budget), and where the seconds went: measuring in all (measure_s),
+    # of which building/scripting/first calls (setup_s), verifying, warming up and the
+    # timed samples themselves (summed over processes).
+    block: int = 1
+    processes: int = 1
+    stopped: str = ""
+    budget_s: Optional[float] = None
+    measure_s: Optional[float] = None
+    setup_s: Optional[float] = None
+    verify_s: Optional[float] = None
+    warmup_s: Optional[float] = None
+    timed_s: Optional[float] = None
 
 
 PHASES = ("forward", "backward", "total")
@@ -278,17 +307,21 @@ class Result:
         return cls.from_json(json.loads(Path(path).read_text()))
 
 
-def phase_stats(samples: Samples, work: Work, no_backward_reason: str = ""
-                ) -> dict[str, PhaseStats]:
-    """Statistics, rates and raw samples for forward, backward and their per-iteration sum."""
+def phase_stats(samples: Samples, work: Work, no_backward_reason: str = "",
+                per_process: Sequence[Samples] = ()) -> dict[str, PhaseStats]:
+    """Statistics, rates and raw samples for forward, backward and their per-iteration sum;
+    with the samples of each process, the between-process interval too."""
     phases = {"forward": PhaseStats.of(samples.forward_ms, tokens=work.tokens,
-                                       flops=work.flops_fwd, nbytes=work.bytes_fwd)}
+                                       flops=work.flops_fwd, nbytes=work.bytes_fwd,
+                                       per_process=[s.forward_ms for s in per_process])}
     if samples.backward_ms:
         phases["backward"] = PhaseStats.of(samples.backward_ms, tokens=work.tokens,
-                                           flops=work.flops_bwd, nbytes=work.bytes_bwd)
+                                           flops=work.flops_bwd, nbytes=work.bytes_bwd,
+                                           per_process=[s.backward_ms for s in per_process])
         phases["total"] = PhaseStats.of(samples.total_ms, tokens=work.tokens,
                                         flops=work.flops_fwd + work.flops_bwd,
-                                        nbytes=work.bytes_fwd + work.bytes_bwd)
+                                        nbytes=work.bytes_fwd + work.bytes_bwd,
+                                        per_process=[s.total_ms for s in per_process])
     else:
         phases["backward"] = PhaseStats(not_applicable=no_backward_reason or "not timed")
     return phases

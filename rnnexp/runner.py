@@ -1,5 +1,6 @@
-"""One job from a validated config to a `Result`: plan, then execute — in a fresh process
-when the backend asks for one (rnnexp.isolation) — and the records of jobs that did not run."""
+"""One job from a validated config to a `Result`: plan, then execute — in fresh worker
+processes where the backend or bench.processes asks (rnnexp.schedule) — and the records of
+jobs that did not run."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ def run(cfg: Config, choices: dict[str, str], overrides: list[str],
     line) when it crashes. `planned`: the job's plan, if made already."""
     planned = planned or job.plan(cfg, choices, overrides)
     planned.output_dir = output_dir
-    result = isolation.execute(planned, progress=progress)
+    try:
+        result = job.execute(planned, progress=progress)
+    except RnnexpError:
+        raise
+    except Exception as err:  # one line for the record; an out-of-memory names the shape
+        raise JobCrashed(isolation.crash_line(planned, err)) from err
     result.git_commit = platform.git_commit()
     if cfg.bench.roofline:  # after timing, in this process: never inside a timed region
         result.roofline = roofline.of_result(result)

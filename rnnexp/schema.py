@@ -95,12 +95,35 @@ class BenchConfig:
     # measured once per device, dtype and thread count, then read from a cache).
     roofline: bool = True
 
+    # Fresh processes measuring the configuration, each with its own build and warm-up
+    # (rnnexp.schedule); with several, the result carries the between-process interval.
+    # With a precision target this is the first count, and processes are added up to
+    # `max_processes` until that interval meets the target.
+    processes: int = 1
+    max_processes: Optional[int] = None
+    # A sample is the mean of a block of back-to-back iterations lasting at least this long
+    # (0: one iteration per sample, as fastrnns): microsecond kernels timed one by one are
+    # mostly timer and loop overhead.
+    block_ms: float = 0.0
+    # Processes take turns in rounds of about this many milliseconds of timed samples.
+    round_ms: float = 50.0
+    # Stop measuring after this many seconds (wall, all processes), precise or not. null: none.
+    budget_s: Optional[float] = None
+
     def __post_init__(self) -> None:
         _at_least(self, 0, "warmup")
         if not self.quiet_timeout_s > 0:
             raise ConfigError("quiet_timeout_s", f"must be > 0, got {self.quiet_timeout_s}",
                               "seconds to wait for a quiet machine under bench.quiet=wait")
-        _at_least(self, 1, "iters", "num_threads", "profile_iters")
+        _at_least(self, 1, "iters", "num_threads", "profile_iters", "processes",
+                  "max_processes")
+        for name in ("block_ms", "round_ms", "budget_s"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(name, f"must be ≥ 0, got {value}")
+        if self.max_processes is not None and self.max_processes < self.processes:
+            raise ConfigError("max_processes", f"{self.max_processes} is below "
+                              f"processes={self.processes}", "raise it, or set it to null")
         if self.precision is not None:
             if not 0 < self.precision < 1:
                 raise ConfigError("precision", f"must be in (0, 1), got {self.precision}",

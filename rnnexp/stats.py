@@ -33,6 +33,10 @@ def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
     }
 
 
+def median(samples_ms: Sequence[float]) -> float:
+    return float(np.median(np.asarray(samples_ms, dtype=np.float64)))
+
+
 def median_ci(samples_ms: Sequence[float], confidence: float = CONFIDENCE
               ) -> tuple[float, float]:
     """Distribution-free confidence interval of the median (binomial order statistics, via
@@ -63,3 +67,47 @@ def rates(median_ms: float, *, tokens: int, flops: float, nbytes: float) -> dict
         "gflops": flops / seconds / 1e9,
         "gbps": nbytes / seconds / 1e9,
     }
+
+
+def between_processes(process_medians_ms: Sequence[float], confidence: float = CONFIDENCE
+                      ) -> dict[str, float]:
+    """Where the median of a new run in a fresh process is expected to fall: a prediction
+    interval from the medians m_1..m_k of k independent processes (each with its own
+    warm-up), on the log scale because times are positive and their spread is relative:
+
+        exp(mean(log m) ± t(k−1, (1+confidence)/2) · s · √(1 + 1/k)),  s = std(log m)
+
+    Unlike a confidence interval of the median it does not shrink with more samples per
+    process: the spread between processes (memory layout, thread placement, the host) is in
+    it. center_ms is the geometric mean of the medians; spread is s (≈ their relative
+    spread). NaN bounds below 3 processes (two medians say little about a third)."""
+    m = np.asarray(process_medians_ms, dtype=np.float64)
+    k = int(m.size)
+    if k == 0:
+        raise ValueError("no process medians")
+    logs = np.log(np.maximum(m, 1e-12))
+    center = float(np.exp(logs.mean()))
+    if k < 3:
+        return {"center_ms": center, "low_ms": float("nan"), "high_ms": float("nan"),
+                "spread": float("nan"), "k": k}
+    s = float(logs.std(ddof=1))
+    half = float(sps.t.ppf((1 + confidence) / 2, k - 1)) * s * float(np.sqrt(1 + 1 / k))
+    return {"center_ms": center, "low_ms": center * float(np.exp(-half)),
+            "high_ms": center * float(np.exp(half)), "spread": s, "k": k}
+
+
+def relative_half_width(interval: dict[str, float]) -> float:
+    """Half the interval's width over its center (inf when undefined)."""
+    low, high, center = interval["low_ms"], interval["high_ms"], interval["center_ms"]
+    if not (np.isfinite(low) and np.isfinite(high)) or center <= 0:
+        return float("inf")
+    return (high - low) / 2 / center
+
+
+def prediction_floor(interval: dict[str, float], confidence: float = CONFIDENCE) -> float:
+    """The relative half-width the between-process interval tends to with infinitely many
+    processes (z · s / center): no amount of measuring gets below it."""
+    spread = interval["spread"]
+    if not np.isfinite(spread):
+        return 0.0
+    return float(sps.norm.ppf((1 + confidence) / 2)) * spread

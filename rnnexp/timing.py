@@ -5,18 +5,25 @@ zeroing, the backward set-up and the creation of CUDA events happen between the 
 and a forward-only run (no backward, or a forward-only model) is timed under `no_grad`, so
 autograd's graph recording is not part of its time. Automatic GC is switched off
 for the whole loop so it can never fire inside a timed region; a cheap young-generation
-collection runs between iterations instead of fastrnns' full `gc.collect()` (which dominated
+collection runs between samples instead of fastrnns' full `gc.collect()` (which dominated
 its wall time).
+
+A sample is one iteration, or the per-iteration mean of a block of back-to-back iterations
+(`block_for`, as torch.utils.benchmark's blocked_autorange): microsecond kernels timed one by
+one would mostly measure the timer and the loop. A `Timer` keeps a warm workload between
+rounds, so a worker process can time its share of a job in turns (rnnexp.schedule).
 
 The timer knows only the `Steps` protocol below, nothing of models.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 
@@ -110,14 +117,119 @@ class _Silent:
 
 @dataclass
 class Samples:
+    """Per-sample times in ms; a sample is the mean of `block` back-to-back iterations."""
+
     forward_ms: list[float] = field(default_factory=list)
     backward_ms: list[float] = field(default_factory=list)
+    block: int = 1
 
     @property
     def total_ms(self) -> list[float]:
         if not self.backward_ms:
             return list(self.forward_ms)
         return [f + b for f, b in zip(self.forward_ms, self.backward_ms, strict=True)]
+
+    def extend(self, other: Samples) -> None:
+        self.forward_ms.extend(other.forward_ms)
+        self.backward_ms.extend(other.backward_ms)
+        self.block = other.block
+
+
+def block_for(iteration_ms: float, block_ms: float) -> int:
+    """Iterations per sample so that one sample takes at least `block_ms` (as
+    torch.utils.benchmark's blocked_autorange sizes its blocks): a microsecond kernel timed
+    alone is mostly timer and loop overhead. 1 when `block_ms` is 0 or an iteration is long."""
+    if block_ms <= 0 or iteration_ms <= 0:
+        return 1
+    return max(1, min(10_000, math.ceil(block_ms / iteration_ms)))
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Automatic GC off (it must never fire inside a timed region), restored afterwards."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class Timer:
+    """Warm-up and timed samples of one workload; a worker process keeps one between rounds."""
+
+    def __init__(self, steps: Steps, clock: Clock, backward: bool = True):
+        self.steps = steps
+        self.clock = clock
+        self.do_backward = backward and steps.has_backward
+        self._arm = getattr(clock, "arm", lambda n: None)  # clocks without events need none
+
+    def warmup(self, n: int, progress: Optional[Progress] = None) -> float:
+        """`n` untimed iterations; the median wall time of one of them in ms (0 if n is 0),
+        from which the block size is chosen."""
+        progress = progress or _Silent()
+        progress.phase("warmup", n)
+        walls = []
+        with gc_paused():
+            for _ in range(n):
+                t0 = time.perf_counter()
+                self._iterations(1)
+                walls.append((time.perf_counter() - t0) * 1e3)
+                progress.advance()
+        self.steps.zero_grad()
+        return sorted(walls)[len(walls) // 2] if walls else 0.0
+
+    def run(self, n: int, *, block: int = 1, progress: Optional[Progress] = None,
+            done: Optional[Callable[[Samples], bool]] = None,
+            samples: Optional[Samples] = None) -> Samples:
+        """Up to `n` timed samples appended to `samples`; `done`, asked between samples
+        (untimed), may end the loop early (a precision target)."""
+        progress = progress or _Silent()
+        samples = samples if samples is not None else Samples(block=block)
+        samples.block = block
+        with gc_paused():
+            try:
+                for _ in range(n):
+                    gc.collect(0)
+                    fwd, bwd = self._iterations(block)
+                    samples.forward_ms.append(fwd / block)
+                    if self.do_backward:
+                        samples.backward_ms.append(bwd / block)
+                    progress.advance()
+                    if done is not None and done(samples):
+                        break
+            finally:
+                self.steps.zero_grad()
+        return samples
+
+    def _iterations(self, count: int) -> tuple[float, float]:
+        """`count` iterations back to back; summed forward and backward ms. Gradient zeroing
+        and the backward set-up stay between the marks."""
+        steps, clock = self.steps, self.clock
+        self._arm(count * (4 if self.do_backward else 2))
+        marks = []
+        for _ in range(count):
+            steps.zero_grad()
+            start = clock.mark()
+            with torch.set_grad_enabled(self.do_backward):
+                outputs = steps.run_forward()
+            end = clock.mark()
+            if self.do_backward:
+                args = steps.backward_setup(outputs)  # type: ignore[misc]
+                b_start = clock.mark()
+                steps.backward(*args)  # type: ignore[misc]
+                b_end = clock.mark()
+                del args
+                marks.append((start, end, b_start, b_end))
+            else:
+                marks.append((start, end, None, None))
+            del outputs
+        clock.sync()
+        fwd = sum(clock.elapsed_ms(a, b) for a, b, _, _ in marks)
+        bwd = sum(clock.elapsed_ms(c, d) for _, _, c, d in marks) if self.do_backward else 0.0
+        return fwd, bwd
 
 
 def measure(
@@ -129,55 +241,20 @@ def measure(
     backward: bool = True,
     progress: Optional[Progress] = None,
     done: Optional[Callable[[Samples], bool]] = None,
+    block_ms: float = 0.0,
     on_timed_start: Optional[Callable[[], None]] = None,
 ) -> Samples:
-    """Run `warmup` untimed then up to `iters` timed iterations; return per-iteration samples.
+    """Run `warmup` untimed iterations, then up to `iters` timed samples; a sample is one
+    iteration, or with `block_ms` the mean of a block of iterations lasting ≥ block_ms.
 
-    `done`, asked between timed iterations (untimed), may end the loop early (a precision
-    target). `on_timed_start` is called once after warm-up, before the first timed iteration
-    (untimed): a backend snapshots its compile state there to tell, after timing, whether
-    anything was compiled inside the timed iterations."""
+    `on_timed_start` is called once after warm-up, before the first timed sample (untimed):
+    a backend snapshots its compile state there to tell, after timing, whether anything was
+    compiled inside the timed iterations."""
     progress = progress or _Silent()
-    do_backward = backward and steps.has_backward
-    arm = getattr(clock, "arm", lambda n: None)  # clocks without events need no arming
-    samples = Samples()
-    gc_was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        for i in range(warmup + iters):
-            timed = i >= warmup
-            if i == 0:
-                progress.phase("warmup", warmup)
-            if i == warmup:
-                progress.phase("timed", iters)
-                if on_timed_start is not None:
-                    on_timed_start()
-            steps.zero_grad()
-            gc.collect(0)
-            arm(4 if do_backward else 2)
-
-            start = clock.mark()
-            with torch.set_grad_enabled(do_backward):
-                outputs = steps.run_forward()
-            end = clock.mark()
-            if do_backward:
-                args = steps.backward_setup(outputs)  # type: ignore[misc]
-                b_start = clock.mark()
-                steps.backward(*args)  # type: ignore[misc]
-                b_end = clock.mark()
-                del args
-            del outputs
-            clock.sync()
-            if timed:
-                samples.forward_ms.append(clock.elapsed_ms(start, end))
-                if do_backward:
-                    samples.backward_ms.append(clock.elapsed_ms(b_start, b_end))
-            progress.advance()
-            if timed and done is not None and done(samples):
-                break
-    finally:
-        steps.zero_grad()
-        if gc_was_enabled:
-            gc.enable()
-    return samples
+    timer = Timer(steps, clock, backward)
+    iteration_ms = timer.warmup(warmup, progress)
+    block = block_for(iteration_ms, block_ms)
+    progress.phase("timed", iters)
+    if on_timed_start is not None:
+        on_timed_start()
+    return timer.run(iters, block=block, progress=progress, done=done)

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from rnnexp import config_check, isolation, job, schema
+from rnnexp import config_check, job, schema
 from rnnexp.backends import torchscript
 from rnnexp.backends.inductor import Inductor
 from rnnexp.backends.torchscript import Jit, TensorExpr
@@ -236,10 +236,10 @@ def test_isolation_works_inside_joblib_workers(run_cli, tmp_path):
 
 
 def test_legacy_fuser_really_fuses_on_the_cpu():
-    # isolation.execute: a fresh process, so earlier tests' TorchScript state cannot leak in.
+    # job.execute: a fresh worker process, so earlier tests' TorchScript state cannot leak in.
     p = plan(["model=jit", "backend=jit", "backend.executor=legacy", "backend.fuser=legacy",
               *TINY])
-    backend = isolation.execute(p).backend.details
+    backend = job.execute(p).backend.details
     assert backend["flags"]["fuse_on_cpu_legacy"]
     assert backend["graph"]["fusion_groups"] > 0 and backend["graph"]["fused"]
 

@@ -46,13 +46,15 @@ def runs_in(uri: str) -> list:
 
 
 def isolated_child(parent: psutil.Process, timeout: float = 180) -> psutil.Process:
-    """The spawned job process (not multiprocessing's resource tracker), once it is timing."""
+    """A worker process measuring the job: a child of multiprocessing's fork server."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         for child in parent.children(recursive=True):
-            cmd = " ".join(child.cmdline())
-            if "spawn_main" in cmd and "resource_tracker" not in cmd:
-                return child
+            try:
+                if "forkserver" in " ".join(child.parent().cmdline()):
+                    return child
+            except (psutil.NoSuchProcess, AttributeError):
+                continue
         time.sleep(0.2)
     raise AssertionError("the isolated job process never started")
 

@@ -181,3 +181,48 @@ def test_timed_start_hook_runs_once_between_warmup_and_the_first_timed_iteration
     samples = measure(steps, warmup=warmup, iters=4, clock=clock,
                       on_timed_start=lambda: seen.append(steps.calls["forward"]))
     assert seen == [warmup] and len(samples.forward_ms) == 4
+
+
+def test_blocked_samples_are_per_iteration_means_of_back_to_back_iterations():
+    clock = FakeClock()
+    work = Synthetic(clock)
+    progress = []
+
+    class Recorder:
+        def phase(self, name, total):
+            progress.append(name)
+
+        def advance(self):
+            progress.append("step")
+
+    samples = measure(work, warmup=2, iters=4, clock=clock, block_ms=20.0, progress=Recorder())
+    # The block is sized from the warm-up's real wall time (the fake clock only moves inside
+    # the workload), so check what holds for any block: every sample is a per-iteration
+    # mean, and set-up never leaks in.
+    block = samples.block
+    assert block >= 1 and work.calls["forward"] == 2 + 4 * block
+    assert samples.forward_ms == [2.0] * 4 and samples.backward_ms == [5.0] * 4
+    assert progress.count("step") == 2 + 4  # one step per sample, not per iteration
+    assert work.calls["zero_grad"] >= 4 * block  # gradients cleared every iteration
+
+
+def test_block_size_reaches_the_block_length():
+    from rnnexp.timing import block_for
+
+    assert block_for(0.01, 1.0) == 100  # 10 µs iterations: 100 per ≥1 ms sample
+    assert block_for(3.0, 1.0) == 1 and block_for(0.01, 0.0) == 1
+    assert block_for(0.0, 1.0) == 1  # nothing to size from
+    assert block_for(1e-9, 1.0) == 10_000  # capped
+
+
+def test_a_timer_continues_across_rounds_with_one_block_size():
+    from rnnexp.timing import Timer
+
+    clock = FakeClock()
+    work = Synthetic(clock)
+    timer = Timer(work, clock)
+    timer.warmup(1)
+    samples = timer.run(3, block=5)
+    timer.run(2, block=5, samples=samples)
+    assert len(samples.forward_ms) == 5 and samples.block == 5
+    assert work.calls["forward"] == 1 + 25 and samples.total_ms == [7.0] * 5

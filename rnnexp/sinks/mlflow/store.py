@@ -72,14 +72,30 @@ def creation_lock(uri: str) -> Iterator[None]:
         yield
 
 
+# Connections made in this process, by (uri, experiment): the basic launcher runs every job
+# of a sweep in the process that opened the sweep's parent run, so each job reuses it instead
+# of building a client and looking the experiment up again.
+_CONNECTED: dict[tuple[str, str], tuple[object, str]] = {}
+
+
 def connect(uri: str, experiment: str, create: bool = True):
-    """(MlflowClient, experiment id); creates the SQLite file and the experiment if asked.
+    """(MlflowClient, experiment id), made once per process and store; creates the SQLite
+    file and the experiment if asked.
 
     Creation is race-safe: the store's schema and the experiment are made under a file lock
     (several single runs started together on a fresh SQLite store), and a concurrent
     creator's experiment is picked up if create_experiment loses (a server).
     """
     uri = take_credentials(uri)  # userinfo → MLflow's credential variables
+    key = (uri, experiment)
+    path = sqlite_path(uri)
+    if key in _CONNECTED and (path is None or path.exists()):
+        return _CONNECTED[key]
+    _CONNECTED[key] = _open(uri, experiment, create)
+    return _CONNECTED[key]
+
+
+def _open(uri: str, experiment: str, create: bool):
     path = sqlite_path(uri)
     if path is not None:
         if not create and not path.exists():

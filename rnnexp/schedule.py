@@ -1,0 +1,199 @@
+"""How a configuration is measured across processes: how many, in which order, and when to
+stop.
+
+`bench.processes` fresh processes measure one configuration, each with its own build and
+warm-up. Their timed samples are taken in interleaved rounds (process 1 runs a round of
+about `bench.round_ms`, then process 2, ..., then process 1 again), so drift on the machine
+hits every process alike. With a precision target (`bench.precision`) the scheduler adds
+processes, up to `bench.max_processes`, until the between-process interval
+(stats.between_processes: where a new run's median is expected to fall) lies within
+±precision of its center — or until the spread between the processes shows that no number of
+processes could get there (±1.96·s alone is wider than the target: stopped = "spread"), or
+`bench.budget_s` runs out. The reported interval then says how precise it got. One process of a
+backend that needs no isolation runs in the job's own process; every other process is a
+worker (rnnexp.isolation).
+
+Hydra's launchers run one job at a time to its end, so rounds cannot be interleaved with the
+other configurations of a sweep; only the processes of one configuration interleave.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
+
+from rnnexp import environment, isolation, job, stats
+from rnnexp.environment import Environment
+from rnnexp.measurer import Finished, Measurer, Ready, Round
+from rnnexp.profiling import ProfileInfo
+from rnnexp.schema import BenchConfig
+from rnnexp.timing import Progress, Samples
+
+# Why the measurement stopped.
+BY_COUNT = "iters"  # every process ran bench.iters samples
+BY_PRECISION = "precision"  # the interval met bench.precision
+BY_SPREAD = "spread"  # the spread between processes alone exceeds bench.precision
+BY_BUDGET = "budget"  # bench.budget_s ran out
+
+
+class Share(Protocol):
+    """A process measuring its share: rnnexp.measurer.Measurer or isolation.Worker."""
+
+    def setup(self) -> Ready: ...
+
+    def round(self, n: int) -> Round: ...
+
+    def finish(self) -> Finished: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Measured:
+    ready: Ready  # the first process's (it verified the model)
+    per_process: list[Samples]
+    backend: dict
+    stopped: str
+    wall_s: float  # from the first process's start to the last one's end
+    setup_s: float = 0.0  # summed over processes
+    warmup_s: float = 0.0
+    timed_s: float = 0.0
+    processes_started: int = 0
+    extra: dict = field(default_factory=dict)
+    environment: Optional[Environment] = None  # the machine around the timed samples
+    recompiled: str = ""  # what some process compiled while timed ("" if none did)
+    profile: Optional[ProfileInfo] = None
+
+    def pooled(self) -> Samples:
+        pooled = Samples(block=self.ready.block)
+        for s in self.per_process:
+            pooled.extend(s)
+        return pooled
+
+
+def in_job_process(planned: job.Plan) -> bool:
+    bench = planned.cfg.bench
+    return not planned.backend.isolate and max_processes(bench) == 1
+
+
+def max_processes(bench: BenchConfig) -> int:
+    if bench.precision is None:
+        return bench.processes
+    return max(bench.processes, bench.max_processes or bench.processes)
+
+
+def _start(planned: job.Plan, index: int, block: Optional[int]) -> Share:
+    if in_job_process(planned):
+        return Measurer(planned, verify_model=index == 0, block=block)
+    return isolation.Worker(planned, verify_model=index == 0, block=block)
+
+
+def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
+                ) -> Optional[str]:
+    """Whether to stop after a round, and why (None: go on)."""
+    counts = [len(s.forward_ms) for s in per_process]
+    k = len(per_process)
+    enough = k >= bench.processes and min(counts) >= bench.min_iters
+    if bench.precision is not None and enough:
+        if k == 1:  # one process: only its own median's interval can be asked about
+            if stats.precise_enough(per_process[0].total_ms, bench.precision):
+                return BY_PRECISION
+        else:
+            interval = between(per_process)
+            if stats.relative_half_width(interval) <= bench.precision:
+                return BY_PRECISION
+            # Even infinitely many processes would leave ±1.96·s: the target cannot be met
+            # here, and measuring longer would only cost time.
+            if stats.prediction_floor(interval) > bench.precision:
+                return BY_SPREAD
+    if bench.budget_s is not None and elapsed_s >= bench.budget_s and min(counts) >= 1 \
+            and k >= bench.processes:
+        return BY_BUDGET
+    if min(counts) >= bench.iters and k >= max_processes(bench):
+        return BY_COUNT
+    return None
+
+
+def between(per_process: list[Samples]) -> dict[str, float]:
+    return stats.between_processes([stats.median(s.total_ms) for s in per_process])
+
+
+def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
+    bench = planned.cfg.bench
+    shares: list[Share] = []
+    per_process: list[Samples] = []
+    readies: list[Ready] = []
+    t0 = time.perf_counter()
+    timed_s = 0.0
+
+    def add() -> None:
+        i = len(shares)
+        _phase(progress, f"process {i + 1} build" + (" + verify" if i == 0 else ""))
+        share = _start(planned, i, readies[0].block if readies else None)
+        shares.append(share)
+        readies.append(share.setup())
+        per_process.append(Samples(block=readies[0].block))
+        _phase(progress, None)
+
+    env = environment.machine(planned.plat.cpu_name)
+    env.quiet = bench.quiet.value
+    try:
+        for _ in range(bench.processes):
+            add()
+        # Other processes are looked at right before timing (and waited for, or refused, as
+        # bench.quiet says) and right after; the workers are idle here.
+        env.before, env.waited_s = environment.settle(bench.quiet.value,
+                                                      bench.quiet_timeout_s, progress)
+        if progress:
+            progress.phase("timed", bench.iters * max_processes(bench))
+        ready = readies[0]
+        sample_ms = max(ready.iteration_ms * ready.block, 1e-3)
+        while True:
+            for share, samples in zip(shares, per_process, strict=True):
+                n = min(bench.iters - len(samples.forward_ms),
+                        max(1, math.ceil(bench.round_ms / sample_ms)))
+                if n <= 0:
+                    continue
+                done = share.round(n)
+                samples.extend(done.samples)
+                timed_s += done.seconds
+                if progress:
+                    for _ in range(len(done.samples.forward_ms)):
+                        progress.advance()
+            measured = [s for s in per_process if s.forward_ms]
+            sample_ms = max(stats.median(measured[0].total_ms), 1e-3) if measured else sample_ms
+            stopped = stop_reason(bench, per_process, time.perf_counter() - t0)
+            if stopped:
+                break
+            # Only more processes narrow the between-process interval: add one once every
+            # process has its minimum, while the budget lasts.
+            counts = [len(s.forward_ms) for s in per_process]
+            if len(shares) < max_processes(bench) and min(counts) >= min(bench.min_iters,
+                                                                          bench.iters):
+                add()
+        finished = [share.finish() for share in shares]
+        env.after = environment.look()
+        env.gpu = environment.gpu_state(planned.device)
+    finally:
+        for share in shares:
+            share.close()
+    return Measured(environment=env, profile=finished[0].profile,
+                    recompiled="; ".join(dict.fromkeys(f.recompiled for f in finished
+                                                       if f.recompiled)),
+                    ready=readies[0], per_process=per_process, backend=finished[0].backend,
+                    stopped=stopped, wall_s=time.perf_counter() - t0,
+                    setup_s=sum(r.setup_s for r in readies),
+                    warmup_s=sum(r.warmup_s for r in readies), timed_s=timed_s,
+                    processes_started=len(shares))
+
+
+def _phase(progress: Optional[Progress], name: Optional[str]) -> None:
+    """A one-step progress phase around work that is not timed samples."""
+    if progress is None:
+        return
+    if name is None:
+        progress.advance()
+    else:
+        progress.phase(name, 1)
