@@ -137,11 +137,13 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
         per_process.append(Samples(block=readies[0].block))
         _phase(progress, None)
 
-    env = environment.machine(planned.plat.cpu_name)
-    env.quiet = bench.quiet.value
+    env = None
     try:
         for _ in range(bench.processes):
             add()
+        env = environment.machine(planned.plat.cpu_name)
+        env.quiet = bench.quiet.value
+        env.torch_threads = readies[0].threads  # the measuring process's, not this one's
         # Other processes are looked at right before timing (and waited for, or refused, as
         # bench.quiet says) and right after; the workers are idle here.
         env.before, env.waited_s = environment.settle(bench.quiet.value,
