@@ -174,7 +174,7 @@ def plan_ahead(overrides: list[str]) -> None:
 
 
 def main() -> None:
-    schema.register()
+    schema.register(with_deepbench=any("deepbench" in arg for arg in sys.argv[1:]))
     # Credentials leave the tracking URI before Hydra records the command line anywhere.
     sys.argv[1:] = credentials.take_from_process(sys.argv[1:])
     signals.install()

@@ -23,7 +23,10 @@ from rnnexp.errors import UnsupportedError
 # on a large machine a tenth of its cores, whichever is more.
 BUSY_CORES = 0.5
 BUSY_SHARE = 0.1
-LOOK_S = 0.3  # how long one look at the machine samples CPU use
+LOOK_S = 0.3  # how long a look of its own (bench.quiet=wait) samples CPU use
+# The shortest window a look spans; the looks around a job span its set-up and its timed
+# samples, which usually last longer, so they cost nothing extra.
+MIN_LOOK_S = 0.1
 TOP_PROCESSES = 3
 
 try:  # torch.utils.benchmark warns when IQR/median exceeds these (utils/common.py)
@@ -70,8 +73,8 @@ class Environment:
     cpu_max_mhz: Optional[float] = None
     governor: str = ""
     gpu: dict[str, Any] = field(default_factory=dict)
-    before: Optional[Look] = None  # right before the timed loop
-    after: Optional[Look] = None  # right after it
+    before: Optional[Look] = None  # over the set-up, up to right before the timed samples
+    after: Optional[Look] = None  # over the timed samples (and the backend's finish)
     quiet: str = ""  # the bench.quiet policy in force
     waited_s: float = 0.0  # time spent waiting for a quiet machine
     flags: list[str] = field(default_factory=list)
@@ -123,37 +126,63 @@ def _our_processes() -> set[int]:
     return pids
 
 
+@dataclass
+class Snapshot:
+    """CPU seconds used so far by every process, at one moment: two of them give what each
+    process used in between, with no sleeping in this process."""
+
+    at: float
+    cpu: dict[int, tuple[float, str]]  # pid → (user + system seconds, "name[pid]")
+
+
+def snapshot() -> Snapshot:
+    cpu = {}
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        times = p.info.get("cpu_times")
+        if times is not None:
+            cpu[p.pid] = (times.user + times.system, f"{p.info.get('name') or '?'}[{p.pid}]")
+    return Snapshot(time.monotonic(), cpu)
+
+
+def usage(start: Snapshot, end: Snapshot, exclude: set[int]) -> list[tuple[float, str]]:
+    """(% of one core, "name[pid]") of every process seen at both moments and not excluded,
+    busiest first (a process started in between is not counted)."""
+    elapsed = max(end.at - start.at, 1e-6)
+    return sorted(((100 * (cpu - start.cpu[pid][0]) / elapsed, name)
+                   for pid, (cpu, name) in end.cpu.items()
+                   if pid in start.cpu and pid not in exclude), reverse=True)
+
+
 def cpu_by_process(seconds: float, exclude: set[int]) -> list[tuple[float, str]]:
     """(% of one core, "name[pid]") of every process not excluded, over `seconds`, busiest
     first."""
-    procs = []
-    for p in psutil.process_iter(["name"]):
-        if p.pid in exclude:
-            continue
-        try:
-            p.cpu_percent(None)  # primes the counter; the next call covers the interval
-            procs.append(p)
-        except psutil.Error:
-            continue
+    start = snapshot()
     time.sleep(seconds)
-    used = []
-    for p in procs:
-        try:
-            used.append((p.cpu_percent(None), f"{p.info.get('name') or '?'}[{p.pid}]"))
-        except psutil.Error:
-            continue
-    return sorted(used, reverse=True)
+    return usage(start, snapshot(), exclude)
 
 
-def look(seconds: float = LOOK_S) -> Look:
-    """Load average and the CPU other processes use over `seconds` (psutil)."""
-    used = cpu_by_process(seconds, _our_processes())
+def look_since(start: Snapshot, min_s: float = MIN_LOOK_S,
+               earlier: Optional[Snapshot] = None) -> Look:
+    """Load average and the CPU other processes used from `start` to now. CPU times tick in
+    10 ms, so a window shorter than `min_s` is noise: it starts at `earlier` instead if
+    given, else this sleeps until it is long enough."""
+    if earlier is not None and time.monotonic() - start.at < min_s:
+        start = earlier
+    rest = min_s - (time.monotonic() - start.at)
+    if rest > 0:
+        time.sleep(rest)
+    used = usage(start, snapshot(), _our_processes())
     try:
         load = tuple(round(x, 2) for x in os.getloadavg())
     except OSError:
         load = ()
     return Look(load_avg=load, other_cores=round(sum(pct for pct, _ in used) / 100, 2),
                 top=[f"{name} {pct:.0f}%" for pct, name in used[:TOP_PROCESSES] if pct >= 5])
+
+
+def look(seconds: float = LOOK_S) -> Look:
+    """Load average and the CPU other processes use over the next `seconds`."""
+    return look_since(snapshot(), seconds)
 
 
 def busy_reason(seen: Look, cores: int) -> str:
@@ -234,12 +263,14 @@ def machine(cpu_model: str = "") -> Environment:
 
 
 def settle(mode: str, timeout_s: float, progress=None,
-           looker: Callable[[], Look] = look) -> tuple[Look, float]:
-    """Look at the machine before timing, under the `bench.quiet` policy: `warn` times anyway
-    (the result is flagged), `wait` looks again until the machine is quiet, up to `timeout_s`,
-    then declines, `refuse` declines at once. Returns the last look and the seconds waited."""
+           looker: Callable[[], Look] = look, first: Optional[Look] = None
+           ) -> tuple[Look, float]:
+    """Look at the machine before timing (`first`, if already taken), under the `bench.quiet`
+    policy: `warn` times anyway (the result is flagged), `wait` looks again until the machine
+    is quiet, up to `timeout_s`, then declines, `refuse` declines at once. Returns the last
+    look and the seconds waited."""
     cores = usable_cores()
-    seen = looker()
+    seen = first if first is not None else looker()
     waited = 0.0
     reason = busy_reason(seen, cores)
     if not reason or mode == "warn":
@@ -264,13 +295,13 @@ def settle(mode: str, timeout_s: float, progress=None,
 
 
 def assess(env: Environment, spreads: Mapping[str, float], device: torch.device) -> None:
-    """Flag what makes these timings doubtful: a busy machine before or after the loop,
+    """Flag what makes these timings doubtful: a busy machine before or while timing,
     more threads than cores free for them, a spread above torch.utils.benchmark's warning
     threshold (IQR/median, per phase), a throttled GPU."""
-    for when, seen in (("before", env.before), ("after", env.after)):
+    for when, seen in (("before timing", env.before), ("while timing", env.after)):
         reason = busy_reason(seen, env.cores) if seen else ""
         if reason:
-            env.flag(BUSY, f"{reason} {when} timing")
+            env.flag(BUSY, f"{reason} {when}")
             break
     others = max((s.other_cores for s in (env.before, env.after) if s), default=0.0)
     if device.type == "cpu":

@@ -36,6 +36,9 @@ BY_COUNT = "iters"  # every process ran bench.iters samples
 BY_PRECISION = "precision"  # the interval met bench.precision
 BY_SPREAD = "spread"  # the spread between processes alone exceeds bench.precision
 BY_BUDGET = "budget"  # bench.budget_s ran out
+# Rounds of a lone process with a fixed count: long enough that a round's request and its
+# young-generation collection cost nothing, short enough for a live progress bar.
+SOLO_ROUND_MS = 500.0
 
 
 class Share(Protocol):
@@ -137,25 +140,32 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
         per_process.append(Samples(block=readies[0].block))
         _phase(progress, None)
 
-    env = None
+    # What other processes do is read over the set-up (build, verify, warm-up: up to right
+    # before timing; waited for, or refused, as bench.quiet says) and over the timed samples.
+    set_up = environment.snapshot()
     try:
         for _ in range(bench.processes):
             add()
         env = environment.machine(planned.plat.cpu_name)
         env.quiet = bench.quiet.value
         env.torch_threads = readies[0].threads  # the measuring process's, not this one's
-        # Other processes are looked at right before timing (and waited for, or refused, as
-        # bench.quiet says) and right after; the workers are idle here.
-        env.before, env.waited_s = environment.settle(bench.quiet.value,
-                                                      bench.quiet_timeout_s, progress)
+        env.before, env.waited_s = environment.settle(
+            bench.quiet.value, bench.quiet_timeout_s, progress,
+            first=environment.look_since(set_up))
+        timed = environment.snapshot()
         if progress:
             progress.phase("timed", bench.iters * max_processes(bench))
         ready = readies[0]
         sample_ms = max(ready.iteration_ms * ready.block, 1e-3)
+        # One process with nothing to stop on early has no one to take turns with: its rounds
+        # only pace the progress bar.
+        round_ms = bench.round_ms if (max_processes(bench) > 1 or bench.precision is not None
+                                      or bench.budget_s is not None) \
+            else max(bench.round_ms, SOLO_ROUND_MS)
         while True:
             for share, samples in zip(shares, per_process, strict=True):
                 n = min(bench.iters - len(samples.forward_ms),
-                        max(1, math.ceil(bench.round_ms / sample_ms)))
+                        max(1, math.ceil(round_ms / sample_ms)))
                 if n <= 0:
                     continue
                 done = share.round(n)
@@ -176,7 +186,8 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
                                                                           bench.iters):
                 add()
         finished = [share.finish() for share in shares]
-        env.after = environment.look()
+        # Timed samples shorter than a look's shortest window are read with the set-up.
+        env.after = environment.look_since(timed, earlier=set_up)
         env.gpu = environment.gpu_state(planned.device)
     finally:
         for share in shares:

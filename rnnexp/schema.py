@@ -315,10 +315,14 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
 }
 
 
-def register(extra: dict[str, dict[str, type]] | None = None) -> None:
+def register(extra: dict[str, dict[str, type]] | None = None,
+             with_deepbench: bool = True) -> None:
     """Store the schemas where the YAML defaults lists look for them (and DeepBench's
-    problems as the `deepbench` group)."""
-    deepbench.register()
+    problems as the `deepbench` group: Hydra deep-copies the whole store for every config it
+    composes, and its 110 problems more than double that cost, so the command line leaves
+    them out unless it names them)."""
+    if with_deepbench:
+        deepbench.register()
     cs = ConfigStore.instance()
     cs.store(name="rnnexp_schema", node=Config)
     for group, kinds in {**_GROUP_SCHEMAS, **(extra or {})}.items():

@@ -145,10 +145,12 @@ def block_for(iteration_ms: float, block_ms: float) -> int:
 
 
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Automatic GC off (it must never fire inside a timed region), restored afterwards."""
+def gc_paused(full: bool = True) -> Iterator[None]:
+    """Automatic GC off (it must never fire inside a timed region), restored afterwards; a
+    full collection first, or only the youngest generation's (a full one costs ~0.1 s with
+    torch loaded: paid once after warm-up, not before every round of samples)."""
     was_enabled = gc.isenabled()
-    gc.collect()
+    gc.collect() if full else gc.collect(0)
     gc.disable()
     try:
         yield
@@ -179,6 +181,7 @@ class Timer:
                 walls.append((time.perf_counter() - t0) * 1e3)
                 progress.advance()
         self.steps.zero_grad()
+        gc.collect()  # what warm-up left behind; rounds of samples then collect gen 0 only
         return sorted(walls)[len(walls) // 2] if walls else 0.0
 
     def run(self, n: int, *, block: int = 1, progress: Optional[Progress] = None,
@@ -189,7 +192,7 @@ class Timer:
         progress = progress or _Silent()
         samples = samples if samples is not None else Samples(block=block)
         samples.block = block
-        with gc_paused():
+        with gc_paused(full=False):
             try:
                 for _ in range(n):
                     gc.collect(0)
@@ -242,19 +245,12 @@ def measure(
     progress: Optional[Progress] = None,
     done: Optional[Callable[[Samples], bool]] = None,
     block_ms: float = 0.0,
-    on_timed_start: Optional[Callable[[], None]] = None,
 ) -> Samples:
     """Run `warmup` untimed iterations, then up to `iters` timed samples; a sample is one
-    iteration, or with `block_ms` the mean of a block of iterations lasting ≥ block_ms.
-
-    `on_timed_start` is called once after warm-up, before the first timed sample (untimed):
-    a backend snapshots its compile state there to tell, after timing, whether anything was
-    compiled inside the timed iterations."""
+    iteration, or with `block_ms` the mean of a block of iterations lasting ≥ block_ms."""
     progress = progress or _Silent()
     timer = Timer(steps, clock, backward)
     iteration_ms = timer.warmup(warmup, progress)
     block = block_for(iteration_ms, block_ms)
     progress.phase("timed", iters)
-    if on_timed_start is not None:
-        on_timed_start()
     return timer.run(iters, block=block, progress=progress, done=done)

@@ -173,16 +173,6 @@ def test_precision_target_stops_when_the_median_is_known_well_enough(cls, expect
     assert len(samples.forward_ms) == expected
 
 
-@pytest.mark.parametrize("warmup", [0, 3])
-def test_timed_start_hook_runs_once_between_warmup_and_the_first_timed_iteration(warmup):
-    clock = FakeClock()
-    steps = Synthetic(clock)
-    seen = []
-    samples = measure(steps, warmup=warmup, iters=4, clock=clock,
-                      on_timed_start=lambda: seen.append(steps.calls["forward"]))
-    assert seen == [warmup] and len(samples.forward_ms) == 4
-
-
 def test_blocked_samples_are_per_iteration_means_of_back_to_back_iterations():
     clock = FakeClock()
     work = Synthetic(clock)
