@@ -23,10 +23,12 @@ from rnnexp import (
     config_check,
     credentials,
     exit_codes,
+    isolation,
     job,
     placement,
     preemption,
     runner,
+    schedule,
     schema,
     signals,
     sinks,
@@ -185,6 +187,8 @@ def main() -> None:
         if not informational:
             try:
                 configs = config_check.check(args.overrides, multirun=args.multirun)
+                if any(schedule.uses_workers(c) for c in configs):
+                    isolation.prestart()  # imports in parallel with the rest of start-up
                 if not args.multirun and len(configs) == 1:
                     plan_ahead(args.overrides)
             except RnnexpError as err:

@@ -47,6 +47,16 @@ def _context():
     return ctx
 
 
+def prestart() -> None:
+    """Start the fork server now: it imports torch and the measuring code while this process
+    goes on (config checks, the store, Hydra), on another core, instead of when the first
+    worker is asked for."""
+    from multiprocessing import forkserver
+
+    _context()  # its preload list
+    forkserver.ensure_running()
+
+
 def _start(proc) -> None:
     """Start a worker from any process. The child is told the parent's global start method;
     inside a joblib/loky worker that is "loky", which a fresh process cannot resolve, so the
@@ -93,7 +103,7 @@ def _serve(conn, planned: job.Plan, verify_model: bool, block: Optional[int]) ->
         while True:
             request = conn.recv()
             if request[0] == "round":
-                conn.send(("ok", measurer.round(request[1])))
+                conn.send(("ok", measurer.round(request[1], request[2])))
             else:
                 conn.send(("ok", measurer.finish()))
                 return
@@ -151,8 +161,8 @@ class Worker:
                                     f"{self._proc.exitcode} before reporting a result"
                                     ) from None
 
-    def round(self, n: int) -> Round:
-        self._ask(("round", n))
+    def round(self, n: int, block: Optional[int] = None) -> Round:
+        self._ask(("round", n, block))
         return self._answer()
 
     def finish(self) -> Finished:

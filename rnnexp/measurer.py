@@ -95,11 +95,11 @@ class Measurer:
                      threads=torch.get_num_threads(), clock=clock.name,
                      setup_s=t1 - t0, verify_s=t2 - t1, warmup_s=t3 - t2)
 
-    def round(self, n: int) -> Round:
-        """`n` timed samples."""
+    def round(self, n: int, block: Optional[int] = None) -> Round:
+        """`n` timed samples, of `block` iterations each (default: the one set up)."""
         assert self._timer is not None, "setup() first"
         t0 = time.perf_counter()
-        samples = self._timer.run(n, block=self.block or 1)
+        samples = self._timer.run(n, block=block or self.block or 1)
         return Round(samples, time.perf_counter() - t0)
 
     def finish(self) -> Finished:

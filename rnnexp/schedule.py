@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
-from rnnexp import environment, isolation, job, stats
+from rnnexp import environment, isolation, job, stats, targets
 from rnnexp.environment import Environment
 from rnnexp.measurer import Finished, Measurer, Ready, Round
 from rnnexp.profiling import ProfileInfo
-from rnnexp.schema import BenchConfig
+from rnnexp.schema import BenchConfig, Config
 from rnnexp.timing import Progress, Samples
 
 # Why the measurement stopped.
@@ -46,7 +46,7 @@ class Share(Protocol):
 
     def setup(self) -> Ready: ...
 
-    def round(self, n: int) -> Round: ...
+    def round(self, n: int, block: Optional[int] = None) -> Round: ...
 
     def finish(self) -> Finished: ...
 
@@ -79,6 +79,13 @@ class Measured:
 def in_job_process(planned: job.Plan) -> bool:
     bench = planned.cfg.bench
     return not planned.backend.isolate and max_processes(bench) == 1
+
+
+def uses_workers(cfg: Config) -> bool:
+    """Whether this job will measure in worker processes (its backend isolates, or it is
+    measured in several processes) — decided from the config alone, before any plan."""
+    backend = targets.resolve("backend", targets.target_of(cfg.backend))
+    return bool(getattr(backend, "isolate", False)) or max_processes(cfg.bench) > 1
 
 
 def max_processes(bench: BenchConfig) -> int:
@@ -131,21 +138,24 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
     t0 = time.perf_counter()
     timed_s = 0.0
 
-    def add() -> None:
-        i = len(shares)
-        _phase(progress, f"process {i + 1} build" + (" + verify" if i == 0 else ""))
-        share = _start(planned, i, readies[0].block if readies else None)
-        shares.append(share)
-        readies.append(share.setup())
-        per_process.append(Samples(block=readies[0].block))
+    def add(count: int = 1) -> None:
+        """Start `count` more processes, then wait for each to be warm: their builds and
+        warm-ups run side by side (nothing is timed until all are ready)."""
+        first = len(shares)
+        names = f"{first + 1}" if count == 1 else f"{first + 1}–{first + count}"
+        _phase(progress, f"process {names} build" + (" + verify" if first == 0 else ""))
+        for i in range(first, first + count):
+            shares.append(_start(planned, i, readies[0].block if readies else None))
+        for share in shares[first:]:
+            readies.append(share.setup())
+            per_process.append(Samples(block=readies[0].block))
         _phase(progress, None)
 
     # What other processes do is read over the set-up (build, verify, warm-up: up to right
     # before timing; waited for, or refused, as bench.quiet says) and over the timed samples.
     set_up = environment.snapshot()
     try:
-        for _ in range(bench.processes):
-            add()
+        add(bench.processes)
         env = environment.machine(planned.plat.cpu_name)
         env.quiet = bench.quiet.value
         env.torch_threads = readies[0].threads  # the measuring process's, not this one's
@@ -168,7 +178,7 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
                         max(1, math.ceil(round_ms / sample_ms)))
                 if n <= 0:
                     continue
-                done = share.round(n)
+                done = share.round(n, ready.block)  # one block size for every process
                 samples.extend(done.samples)
                 timed_s += done.seconds
                 if progress:

@@ -37,6 +37,12 @@ class _OpsSeen(TorchDispatchMode):
         super().__init__()
         self.ops: set[str] = set()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Never under torch.compile (vendor backends only); saying so keeps torch from
+        # wrapping __torch_dispatch__ for dynamo, whose first import costs ~1 s per run.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.add(func._schema.name)
         return func(*args, **(kwargs or {}))
