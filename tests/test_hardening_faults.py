@@ -1,6 +1,7 @@
 """One test per fault a hostile config or a hostile world can cause: signals with an isolated
-child, concurrent first use of a store, a crash and an out-of-memory inside a sweep, a
-failed verification, a password in a tracking URI. Real processes, real MLflow stores."""
+child, concurrent first use of a store (runs and sweeps), a crash and an out-of-memory inside
+a sweep, a failed verification, a password in a tracking URI, a target outside the allowlist,
+an unwritable run folder. Real processes, real MLflow stores."""
 
 from __future__ import annotations
 
@@ -240,3 +241,52 @@ def test_exit_status_of_a_set_of_jobs():
     assert (exit_codes.SIGINT, exit_codes.SIGTERM) == (130, 143)
     assert len({exit_codes.OK, exit_codes.JOB_FAILED, exit_codes.USER_ERROR,
                 exit_codes.REGRESSION, exit_codes.SIGINT, exit_codes.SIGTERM}) == 6
+
+
+@pytest.mark.parametrize("target", ["model.build._target_", "+hydra.callbacks.evil._target_"])
+def test_a_target_outside_the_allowlist_never_runs(target, tmp_path):
+    """os.remove named as a target, with a file to delete: refused before Hydra starts, the
+    file survives, nothing is recorded."""
+    victim = tmp_path / "keep.txt"
+    victim.write_text("still here")
+    node = target.removesuffix("._target_")
+    code, out, err = run(*TINY, f"{target}=os.remove", f"+{node.lstrip('+')}.path={victim}",
+                         f"hydra.run.dir={tmp_path}/run", tmp=tmp_path)
+    assert code == exit_codes.USER_ERROR
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "os.remove" in lines[0]
+    assert "Traceback" not in out + err
+    assert victim.read_text() == "still here"
+    assert not (tmp_path / "run").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "proc"])
+def test_an_unwritable_run_folder_is_one_line_before_anything_runs(where, tmp_path):
+    if where == "under_a_file":
+        (tmp_path / "a_file").write_text("")
+        folder = tmp_path / "a_file" / "run"
+    else:  # /proc refuses new folders even to root
+        folder = Path("/proc/rnnexp-test/run")
+    code, out, err = run(*TINY, f"hydra.run.dir={folder}", tmp=tmp_path)
+    assert code == exit_codes.USER_ERROR
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: hydra.run.dir: cannot create")
+    assert "choose a writable folder" in lines[0] and "Traceback" not in out + err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_concurrent_sweeps_on_a_fresh_store_are_all_recorded(tmp_path):
+    uri = f"sqlite:///{tmp_path}/fresh.db"
+    procs = [start("-m", *TINY, f"seed={2 * i},{2 * i + 1}",
+                   f"hydra.sweep.dir={tmp_path}/sweep{i}", tmp=tmp_path,
+                   env={"MLFLOW_TRACKING_URI": uri}) for i in range(2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+    runs = runs_in(uri)
+    kinds = sorted(r.data.tags["rnnexp.kind"] for r in runs)
+    assert kinds == ["job"] * 4 + ["sweep"] * 2
+    parents = {r.info.run_id for r in runs if r.data.tags["rnnexp.kind"] == "sweep"}
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs
+            if r.data.tags["rnnexp.kind"] == "job"} == parents
+    assert all(r.info.status == "FINISHED" for r in runs)
