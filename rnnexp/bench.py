@@ -199,8 +199,10 @@ def fidelity(rounds: int) -> None:
             ours, theirs = [], []
             timer = Timer(w, PerfCounterClock(), backward=False)
             block = block_for(timer.warmup(20), 1.0)
+            # torch's Timer runs on one thread unless told: give it the threads ours uses.
             reference = benchmark.Timer("with torch.no_grad(): w.run_forward()",
-                                        globals={"w": w, "torch": torch})
+                                        globals={"w": w, "torch": torch},
+                                        num_threads=torch.get_num_threads())
             for _ in range(rounds):
                 ours.append(stats.median(timer.run(30, block=block).forward_ms))
                 theirs.append(reference.blocked_autorange(min_run_time=0.2).median * 1e3)
