@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,38 +18,9 @@ from rnnexp import placement
 from rnnexp.placement import Launch, Placement, launch_of, oversubscription, place
 from rnnexp.schema import DeviceKind
 from tests.conftest import ROOT, TINY, load_results
-from tests.test_tracking import free_port, runs_of
+from tests.test_tracking import runs_of
 
 BASIC = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
-
-
-@pytest.fixture
-def mlflow_server(tmp_path):
-    """A real `mlflow server` on 127.0.0.1 (SQLite store, served artifacts), as `make server`."""
-    port = free_port()
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "server-artifacts")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert server.poll() is None, "mlflow server exited"
-                assert time.monotonic() < deadline, "mlflow server did not start in 120 s"
-                time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def sweep_cmd(*args: str) -> list[str]:

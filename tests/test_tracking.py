@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from rnnexp.results import CRASHED, INTERRUPTED, Result
 from rnnexp.schema import PROJECT_TRACKING_URI
 from rnnexp.sinks import Sweep
 from rnnexp.sinks.mlflow import Mlflow, runs, store
-from tests.conftest import ROOT, TINY, load_results
+from tests.conftest import ROOT, TINY, free_port, load_results
 
 SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no CUDA here)
 
@@ -42,12 +41,6 @@ def call(main, *args: str, capsys) -> tuple[int, str, str]:
 
 def sqlite(path: Path) -> str:
     return f"sqlite:///{path}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def runs_of(uri: str) -> tuple[MlflowClient, list, list]:
@@ -224,37 +217,13 @@ def test_relative_sqlite_uri_is_refused_in_one_line():
 
 
 @pytest.mark.slow
-def test_runs_reach_a_real_mlflow_server(run_cli, tmp_path):
-    port = free_port()
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1",
-         "--backend-store-uri", sqlite(tmp_path / "server.db"),
-         "--artifacts-destination", str(tmp_path / "server-artifacts")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert server.poll() is None, "mlflow server exited"
-                assert time.monotonic() < deadline, "mlflow server did not start in 90 s"
-                time.sleep(0.5)
-        uri = f"http://127.0.0.1:{port}"
-        proc = run_cli(*TINY, f"sinks.mlflow.uri={uri}")
-        assert proc.returncode == 0, proc.stderr
-        assert "not reachable" not in proc.stderr
-        client, _, children = runs_of(uri)
-        assert len(children) == 1 and children[0].info.status == "FINISHED"
-        assert "results.json" in artifacts(client, children[0].info.run_id)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+def test_runs_reach_a_real_mlflow_server(run_cli, mlflow_server):
+    proc = run_cli(*TINY, f"sinks.mlflow.uri={mlflow_server}")
+    assert proc.returncode == 0, proc.stderr
+    assert "not reachable" not in proc.stderr
+    client, _, children = runs_of(mlflow_server)
+    assert len(children) == 1 and children[0].info.status == "FINISHED"
+    assert "results.json" in artifacts(client, children[0].info.run_id)
 
 
 def test_without_mlflow_records_nothing_and_prints_fastrnns_json(run_cli, tmp_path):
