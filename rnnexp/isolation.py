@@ -25,8 +25,7 @@ import os
 import signal
 import sys
 import traceback
-import weakref
-from typing import Any, Optional
+from typing import Any
 
 from rnnexp import errors, job, memory
 from rnnexp.measurer import Finished, Measurer, Ready, Round
@@ -35,8 +34,6 @@ from rnnexp.measurer import Finished, Measurer, Ready, Round
 # common models and backends (a worker imports anything else a plan names on unpickling).
 PRELOAD = ["rnnexp.measurer", "rnnexp.backends.vendor", "rnnexp.backends.torchscript",
            "rnnexp.models.native", "rnnexp.models.loops", "rnnexp.models.eltwise"]
-
-_live: weakref.WeakSet[Worker] = weakref.WeakSet()
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -82,22 +79,12 @@ def _die_with_parent() -> None:
             pass
 
 
-def crash_line(planned: job.Plan, err: BaseException) -> str:
-    """One line for a crash while measuring; an out-of-memory names the shape (and the memory
-    is given back)."""
-    if memory.is_out_of_memory(err):
-        memory.release()
-        return f"out of memory at {memory.shape_text(planned.cfg.shape)}: " \
-               f"{errors.crash_line(err)}"
-    return errors.crash_line(err)
-
-
-def _serve(conn, planned: job.Plan, verify_model: bool, block: Optional[int]) -> None:
+def _serve(conn, planned: job.Plan, verify_model: bool) -> None:
     """The worker's main: set up, then answer requests until told to finish."""
     # Ctrl-C reaches the whole process group; the job's process decides and ends this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
-    measurer = Measurer(planned, verify_model=verify_model, block=block)
+    measurer = Measurer(planned, verify_model=verify_model)
     try:
         conn.send(("ok", measurer.setup()))
         while True:
@@ -112,7 +99,7 @@ def _serve(conn, planned: job.Plan, verify_model: bool, block: Optional[int]) ->
     except Exception as err:  # the parent records a crash with this line
         if os.environ.get("HYDRA_FULL_ERROR") == "1":  # as for the job's own process
             traceback.print_exc()
-        conn.send(("crash", crash_line(planned, err)))
+        conn.send(("crash", memory.crash_line(planned.cfg.shape, err)))
     finally:
         measurer.close()
         conn.close()
@@ -121,15 +108,14 @@ def _serve(conn, planned: job.Plan, verify_model: bool, block: Optional[int]) ->
 class Worker:
     """A measurer in a fresh worker process; the same calls as `measurer.Measurer`."""
 
-    def __init__(self, planned: job.Plan, *, verify_model: bool, block: Optional[int] = None):
+    def __init__(self, planned: job.Plan, *, verify_model: bool):
         ctx = _context()
         self._finished = False
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, planned, verify_model, block),
+        self._proc = ctx.Process(target=_serve, args=(child, planned, verify_model),
                                  daemon=True)
         _start(self._proc)
         child.close()
-        _live.add(self)
 
     def _answer(self) -> Any:
         while not self._conn.poll(1.0):
@@ -161,7 +147,7 @@ class Worker:
                                     f"{self._proc.exitcode} before reporting a result"
                                     ) from None
 
-    def round(self, n: int, block: Optional[int] = None) -> Round:
+    def round(self, n: int, block: int) -> Round:
         self._ask(("round", n, block))
         return self._answer()
 
@@ -169,12 +155,11 @@ class Worker:
         self._ask(("finish",))
         finished = self._answer()
         self._finished = True  # it exits by itself; multiprocessing reaps it later
-        _live.discard(self)
         return finished
 
     def close(self) -> None:
-        """Stop the worker (it may be blocked waiting for a request)."""
-        _live.discard(self)
+        """Stop the worker (it may be blocked waiting for a request). The scheduler closes
+        every worker on its way out, an interrupt or a signal included."""
         if not self._finished:
             terminate(self._proc)
         self._conn.close()
@@ -189,9 +174,3 @@ def terminate(proc) -> None:
         proc.kill()
         proc.join(timeout=5)
 
-
-def terminate_workers() -> None:
-    """End every live worker process of this process (on an interrupt or a signal)."""
-    for worker in list(_live):
-        _live.discard(worker)
-        terminate(worker._proc)

@@ -55,10 +55,9 @@ class Finished:
 
 
 class Measurer:
-    def __init__(self, planned: job.Plan, *, verify_model: bool, block: Optional[int] = None):
+    def __init__(self, planned: job.Plan, *, verify_model: bool):
         self.p = planned
         self.verify_model = verify_model
-        self.block = block
         self._stack = contextlib.ExitStack()
         self._timer: Optional[Timer] = None
         self._workload = None
@@ -80,10 +79,8 @@ class Measurer:
         clock = clock_for(p.device)
         self._timer = Timer(workload, clock, cfg.bench.backward)
         iteration_ms = self._timer.warmup(cfg.bench.warmup)
-        if self.block is None:
-            if cfg.bench.block_ms and not iteration_ms:  # no warm-up to size blocks from
-                iteration_ms = self._timer.warmup(1)
-            self.block = block_for(iteration_ms, cfg.bench.block_ms)
+        if cfg.bench.block_ms and not iteration_ms:  # no warm-up to size blocks from
+            iteration_ms = self._timer.warmup(1)
         # From here on anything compiled is inside the timed samples (checked in finish).
         p.backend.timed_start(workload)
         t3 = time.perf_counter()
@@ -91,15 +88,17 @@ class Measurer:
         no_backward = workload.no_backward_reason or ("" if cfg.bench.backward
                                                        else "bench.backward=false")
         return Ready(work=workload.work, no_backward_reason=no_backward,
-                     verification=verification, block=self.block, iteration_ms=iteration_ms,
+                     verification=verification,
+                     block=block_for(iteration_ms, cfg.bench.block_ms), iteration_ms=iteration_ms,
                      threads=torch.get_num_threads(), clock=clock.name,
                      setup_s=t1 - t0, verify_s=t2 - t1, warmup_s=t3 - t2)
 
-    def round(self, n: int, block: Optional[int] = None) -> Round:
-        """`n` timed samples, of `block` iterations each (default: the one set up)."""
+    def round(self, n: int, block: int) -> Round:
+        """`n` timed samples of `block` iterations each (the scheduler gives every process
+        the first one's block size)."""
         assert self._timer is not None, "setup() first"
         t0 = time.perf_counter()
-        samples = self._timer.run(n, block=block or self.block or 1)
+        samples = self._timer.run(n, block=block)
         return Round(samples, time.perf_counter() - t0)
 
     def finish(self) -> Finished:

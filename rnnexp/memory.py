@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 
 from rnnexp.errors import ConfigError
+from rnnexp.errors import crash_line as one_line
 from rnnexp.schema import Config, Form, ShapeConfig
 
 MARGIN = 1.25
@@ -144,3 +145,12 @@ def release() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def crash_line(shape: ShapeConfig, err: BaseException) -> str:
+    """One line for a crash while measuring; an out-of-memory names the shape (and the memory
+    is given back)."""
+    if is_out_of_memory(err):
+        release()
+        return f"out of memory at {shape_text(shape)}: {one_line(err)}"
+    return one_line(err)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from rnnexp import isolation, job, platform, roofline
+from rnnexp import job, memory, platform, roofline
 from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
 from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
 from rnnexp.schema import Config
@@ -26,7 +26,7 @@ def run(cfg: Config, choices: dict[str, str], overrides: list[str],
     except RnnexpError:
         raise
     except Exception as err:  # one line for the record; an out-of-memory names the shape
-        raise JobCrashed(isolation.crash_line(planned, err)) from err
+        raise JobCrashed(memory.crash_line(cfg.shape, err)) from err
     result.git_commit = platform.git_commit()
     if cfg.bench.roofline:  # after timing, in this process: never inside a timed region
         result.roofline = roofline.of_result(result)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Protocol
 
 from rnnexp import environment, isolation, job, stats, targets
@@ -46,7 +46,7 @@ class Share(Protocol):
 
     def setup(self) -> Ready: ...
 
-    def round(self, n: int, block: Optional[int] = None) -> Round: ...
+    def round(self, n: int, block: int) -> Round: ...
 
     def finish(self) -> Finished: ...
 
@@ -63,8 +63,6 @@ class Measured:
     setup_s: float = 0.0  # summed over processes
     warmup_s: float = 0.0
     timed_s: float = 0.0
-    processes_started: int = 0
-    extra: dict = field(default_factory=dict)
     environment: Optional[Environment] = None  # the machine around the timed samples
     recompiled: str = ""  # what some process compiled while timed ("" if none did)
     profile: Optional[ProfileInfo] = None
@@ -94,10 +92,10 @@ def max_processes(bench: BenchConfig) -> int:
     return max(bench.processes, bench.max_processes or bench.processes)
 
 
-def _start(planned: job.Plan, index: int, block: Optional[int]) -> Share:
+def _start(planned: job.Plan, index: int) -> Share:
     if in_job_process(planned):
-        return Measurer(planned, verify_model=index == 0, block=block)
-    return isolation.Worker(planned, verify_model=index == 0, block=block)
+        return Measurer(planned, verify_model=index == 0)
+    return isolation.Worker(planned, verify_model=index == 0)
 
 
 def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
@@ -145,7 +143,7 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
         names = f"{first + 1}" if count == 1 else f"{first + 1}–{first + count}"
         _phase(progress, f"process {names} build" + (" + verify" if first == 0 else ""))
         for i in range(first, first + count):
-            shares.append(_start(planned, i, readies[0].block if readies else None))
+            shares.append(_start(planned, i))
         for share in shares[first:]:
             readies.append(share.setup())
             per_process.append(Samples(block=readies[0].block))
@@ -208,8 +206,7 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
                     ready=readies[0], per_process=per_process, backend=finished[0].backend,
                     stopped=stopped, wall_s=time.perf_counter() - t0,
                     setup_s=sum(r.setup_s for r in readies),
-                    warmup_s=sum(r.warmup_s for r in readies), timed_s=timed_s,
-                    processes_started=len(shares))
+                    warmup_s=sum(r.warmup_s for r in readies), timed_s=timed_s)
 
 
 def _phase(progress: Optional[Progress], name: Optional[str]) -> None:

@@ -50,15 +50,14 @@ def test_a_worker_that_dies_is_a_crash_not_a_hang():
     worker.setup()
     os.kill(worker._proc.pid, signal.SIGKILL)
     with pytest.raises(JobCrashed, match="worker process"):
-        worker.round(2)
+        worker.round(2, 1)
     worker.close()
 
 
-def test_terminate_workers_ends_every_live_worker():
+def test_closing_unfinished_workers_ends_them():
     workers = [isolation.Worker(planned(), verify_model=False) for _ in range(2)]
     for w in workers:
         w.setup()
-    isolation.terminate_workers()
-    assert not any(w._proc.is_alive() for w in workers)
     for w in workers:
         w.close()
+    assert not any(w._proc.is_alive() for w in workers)
