@@ -74,16 +74,20 @@ class Measured:
         return pooled
 
 
+def _in_workers(isolate: bool, bench: BenchConfig) -> bool:
+    """Workers measure a job whose backend isolates or that several processes measure."""
+    return isolate or max_processes(bench) > 1
+
+
 def in_job_process(planned: job.Plan) -> bool:
-    bench = planned.cfg.bench
-    return not planned.backend.isolate and max_processes(bench) == 1
+    return not _in_workers(planned.backend.isolate, planned.cfg.bench)
 
 
 def uses_workers(cfg: Config) -> bool:
-    """Whether this job will measure in worker processes (its backend isolates, or it is
-    measured in several processes) — decided from the config alone, before any plan."""
+    """`in_job_process`'s answer from the config alone, before any plan (to start the fork
+    server early)."""
     backend = targets.resolve("backend", targets.target_of(cfg.backend))
-    return bool(getattr(backend, "isolate", False)) or max_processes(cfg.bench) > 1
+    return _in_workers(bool(getattr(backend, "isolate", False)), cfg.bench)
 
 
 def max_processes(bench: BenchConfig) -> int:
