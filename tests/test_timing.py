@@ -148,6 +148,16 @@ def test_median_confidence_interval():
     assert not stats.precise_enough(list(rng.uniform(1.0, 9.0, 20)), 0.01)
 
 
+@pytest.mark.parametrize("n", [1, 5, 6, 9, 17, 20, 51, 100, 1001])
+def test_median_interval_and_t_quantile_match_scipy_stats(n):
+    from scipy import stats as sps
+
+    a = np.random.default_rng(n).lognormal(0.0, 0.3, n)
+    ci = sps.quantile_test(a, q=float(np.median(a)), p=0.5).confidence_interval(0.95)
+    assert np.allclose(stats.median_ci(a), (ci.low, ci.high), equal_nan=True)
+    assert stats.t_quantile(0.975, n) == pytest.approx(sps.t.ppf(0.975, n))
+
+
 class Jittery(Synthetic):
     """Forward time spread uniformly over 0-30 ms extra: 60 samples cannot pin its median
     to ±2%."""
