@@ -7,8 +7,9 @@ about `bench.round_ms`, then process 2, ..., then process 1 again), so drift on 
 hits every process alike. With a precision target (`bench.precision`) the scheduler adds
 processes, up to `bench.max_processes`, until the between-process interval
 (stats.between_processes: where a new run's median is expected to fall) lies within
-±precision of its center — or until the spread between the processes shows that no number of
-processes could get there (±1.96·s alone is wider than the target: stopped = "spread"), or
+±precision of its center — or until the spread between the processes shows that the most
+processes allowed could not get there (t(k−1)·s·√(1+1/k) at k = max_processes is wider than
+the target: stopped = "spread"), or
 `bench.budget_s` runs out. The reported interval then says how precise it got. One process of a
 backend that needs no isolation runs in the job's own process; every other process is a
 worker (rnnexp.isolation).
@@ -116,9 +117,9 @@ def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
             interval = between(per_process)
             if stats.relative_half_width(interval) <= bench.precision:
                 return BY_PRECISION
-            # Even infinitely many processes would leave ±1.96·s: the target cannot be met
-            # here, and measuring longer would only cost time.
-            if stats.prediction_floor(interval) > bench.precision:
+            # At the spread measured so far, even the most processes allowed would leave an
+            # interval wider than the target: measuring longer would only cost time.
+            if stats.prediction_floor(interval, max_processes(bench)) > bench.precision:
                 return BY_SPREAD
     if bench.budget_s is not None and elapsed_s >= bench.budget_s and min(counts) >= 1 \
             and k >= bench.processes:

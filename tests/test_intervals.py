@@ -115,3 +115,12 @@ def test_bench_options_are_checked():
         BenchConfig(processes=0)
     with pytest.raises(ConfigError, match="budget_s"):
         BenchConfig(budget_s=-1.0)
+
+
+def test_stops_on_spread_when_even_the_most_processes_allowed_could_not_meet_the_target():
+    # s ≈ 1.5%: ±1.96·s (2.9%) would already rule ±2% out; at 10 processes t(9)·s·√1.1 is
+    # 3.6%. At s ≈ 0.6%, 10 processes could reach ±2% (1.4%) but 4 could not (2.3%).
+    assert schedule.stop_reason(adaptive(), samples_at(9.85, 10.0, 10.15), 0.1) == "spread"
+    near = samples_at(9.94, 10.0, 10.06)
+    assert schedule.stop_reason(adaptive(), near, 0.1) is None
+    assert schedule.stop_reason(adaptive(max_processes=4), near, 0.1) == "spread"
