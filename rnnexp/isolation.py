@@ -20,6 +20,7 @@ outright, which itself exits with the job's process.
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -33,7 +34,9 @@ from rnnexp.measurer import Finished, Measurer, Ready, Round
 # Imported by the fork server before it forks a worker: torch, the measuring code and the
 # common models and backends (a worker imports anything else a plan names on unpickling).
 PRELOAD = ["rnnexp.measurer", "rnnexp.backends.vendor", "rnnexp.backends.torchscript",
-           "rnnexp.models.native", "rnnexp.models.loops", "rnnexp.models.eltwise"]
+           "rnnexp.models.native", "rnnexp.models.loops", "rnnexp.models.eltwise",
+           # Imported by autograd on the first backward (with sympy: ~0.45 s a worker).
+           "torch.fx.experimental.symbolic_shapes"]
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -84,6 +87,9 @@ def _serve(conn, planned: job.Plan, verify_model: bool) -> None:
     # Ctrl-C reaches the whole process group; the job's process decides and ends this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    # What the fork server imported lives as long as this process: frozen, no collection
+    # scans it (a full one otherwise costs ~0.1 s with torch loaded, before every warm-up).
+    gc.freeze()
     measurer = Measurer(planned, verify_model=verify_model)
     try:
         conn.send(("ok", measurer.setup()))

@@ -144,13 +144,25 @@ def block_for(iteration_ms: float, block_ms: float) -> int:
     return max(1, min(10_000, math.ceil(block_ms / iteration_ms)))
 
 
+_frozen = False  # gc.freeze() done in this process
+
+
 @contextlib.contextmanager
 def gc_paused(full: bool = True) -> Iterator[None]:
     """Automatic GC off (it must never fire inside a timed region), restored afterwards; a
     full collection first, or only the youngest generation's (a full one costs ~0.1 s with
     torch loaded: paid once after warm-up, not before every round of samples)."""
+    global _frozen
     was_enabled = gc.isenabled()
-    gc.collect() if full else gc.collect(0)
+    if full:
+        gc.collect()
+        if not _frozen:
+            # What is alive at a process's first measurement (torch, the project, the job's
+            # model) lives as long as the process: frozen, later full collections skip it.
+            gc.freeze()
+            _frozen = True
+    else:
+        gc.collect(0)
     gc.disable()
     try:
         yield
