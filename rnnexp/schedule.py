@@ -142,15 +142,16 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
     timed_s = 0.0
 
     def add(count: int = 1) -> None:
-        """Start `count` more processes, then wait for each to be warm: their builds and
-        warm-ups run side by side (nothing is timed until all are ready)."""
+        """Start `count` more processes, one after the other, each once the previous one is
+        warm: every process uses all the threads it is given, and side by side their builds,
+        verification and warm-ups (OpenMP threads spinning on busy cores) took several times
+        as long as one after the other."""
         first = len(shares)
         names = f"{first + 1}" if count == 1 else f"{first + 1}–{first + count}"
         _phase(progress, f"process {names} build" + (" + verify" if first == 0 else ""))
         for i in range(first, first + count):
             shares.append(_start(planned, i))
-        for share in shares[first:]:
-            readies.append(share.setup())
+            readies.append(shares[-1].setup())
             per_process.append(Samples(block=readies[0].block))
         _phase(progress, None)
 
