@@ -10,6 +10,7 @@ configs are kept, so a job that runs in this process is not validated a second t
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -169,6 +171,29 @@ def _compose(job: Sequence[str], hydra_config: bool = False):
         raise RnnexpError(one_line(err)) from None
 
 
+def _compose_job(job: Sequence[str], bases: dict[tuple[str, ...], Any]):
+    """A job's app config, as Hydra would compose it: the config-group choices composed once
+    per distinct set of them (cached in `bases`), then the job's plain `key=value` overrides
+    applied the way Hydra applies them after composing (its own
+    ConfigLoaderImpl._apply_overrides_to_config, on a copy). A sweep over values (shapes,
+    seeds) then composes once, not once a job (~0.07 s each)."""
+    repo = GlobalHydra.instance().config_loader().repository
+    parsed = OverridesParser.create().parse_overrides(list(job))
+    # What Hydra's defaults list treats as a config override rather than a group choice.
+    plain = [o for o in parsed if o.package is None and not (o.is_add() or o.is_force_add()
+             or o.is_delete() or o.is_sweep_override()) and not isinstance(o.value(), dict)
+             and not repo.group_exists(o.key_or_group)]
+    groups = tuple(o.input_line for o in parsed if o not in plain)
+    if groups not in bases:
+        bases[groups] = _compose(list(groups))
+    cfg = copy.deepcopy(bases[groups])
+    try:
+        ConfigLoaderImpl._apply_overrides_to_config(plain, cfg)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise RnnexpError(one_line(err)) from None
+    return cfg
+
+
 def check(overrides: Sequence[str], multirun: bool) -> list[Config]:
     """Compose and validate each job (its sinks' and model factory's options too, and every
     `_target_` against the allowlist); raise RnnexpError with one line on the first problem.
@@ -192,8 +217,9 @@ def check(overrides: Sequence[str], multirun: bool) -> list[Config]:
                     jobs = expand_jobs(overrides, True, sweep_params(base))
         except OverrideParseException as err:
             raise RnnexpError(f"command line: {one_line(err)}") from None
+        bases: dict[tuple[str, ...], Any] = {}
         for job in jobs:
-            cfg = composed.get(_key(job)) or _compose(job)
+            cfg = composed.get(_key(job)) or _compose_job(job, bases)
             app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()
                    if k != "hydra"}
             targets.check_tree("", app)
