@@ -147,20 +147,25 @@ def block_for(iteration_ms: float, block_ms: float) -> int:
 _frozen = False  # gc.freeze() done in this process
 
 
+def freeze_once() -> None:
+    """Freeze what is alive now, once per process: what exists at a process's first job or
+    measurement (torch, Hydra, MLflow, the project) lives as long as the process, and full
+    collections — ~0.1–0.3 s each with all of it loaded — then skip it."""
+    global _frozen
+    if not _frozen:
+        gc.freeze()
+        _frozen = True
+
+
 @contextlib.contextmanager
 def gc_paused(full: bool = True) -> Iterator[None]:
     """Automatic GC off (it must never fire inside a timed region), restored afterwards; a
     full collection first, or only the youngest generation's (a full one costs ~0.1 s with
     torch loaded: paid once after warm-up, not before every round of samples)."""
-    global _frozen
     was_enabled = gc.isenabled()
     if full:
         gc.collect()
-        if not _frozen:
-            # What is alive at a process's first measurement (torch, the project, the job's
-            # model) lives as long as the process: frozen, later full collections skip it.
-            gc.freeze()
-            _frozen = True
+        freeze_once()
     else:
         gc.collect(0)
     gc.disable()
