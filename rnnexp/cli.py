@@ -3,10 +3,12 @@ result handed to the sinks, and the process's exit status (rnnexp.exit_codes).""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -49,6 +51,23 @@ _PLANS: dict[tuple[str, ...], job.Plan] = {}
 def fail(message: str) -> None:
     print_error(message)
     sys.exit(EXIT_USER_ERROR)
+
+
+def exit_now(code: object) -> None:
+    """End the program as the interpreter would — threads shut down (`threading._shutdown`:
+    pools like concurrent.futures' are told to stop, then non-daemon threads joined), exit
+    handlers run, output flushed — minus its teardown: freeing every module of torch, MLflow
+    and pandas one by one took ~1.3 s after the last line of every run on a 2-core machine."""
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
 
 
 def full_error() -> bool:

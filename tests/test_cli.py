@@ -1,6 +1,8 @@
 """End to end: `python -m rnnexp` as a user runs it."""
 
 import json
+import subprocess
+import sys
 
 from tests.conftest import TINY, load_results
 
@@ -70,3 +72,26 @@ def test_bad_job_in_sweep_stops_it_before_any_job_runs(run_cli, tmp_path):
     proc = run_cli("model=lstm,nope", *TINY, multirun=True)
     assert proc.returncode == 2
     assert not list((tmp_path).glob("sweep/*/results.json"))
+
+
+def test_the_program_ends_with_its_code_after_threads_and_exit_handlers(tmp_path):
+    """`python -m rnnexp` skips the interpreter's teardown, not what Python does before it:
+    an idle thread pool (inductor keeps one) is stopped rather than waited on forever, a
+    running non-daemon thread finishes, exit handlers run."""
+    marker = tmp_path / "marker"
+    script = f"""
+import atexit, threading, time
+from concurrent.futures import ThreadPoolExecutor
+ThreadPoolExecutor(2).submit(int).result()
+note = lambda text: open({str(marker)!r}, "a").write(text)
+threading.Thread(target=lambda: (time.sleep(0.3), note("thread "))).start()
+atexit.register(lambda: note("atexit"))
+from rnnexp.cli import exit_now
+exit_now(3)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], timeout=60, capture_output=True)
+    assert proc.returncode == 3
+    assert marker.read_text() == "thread atexit"
+    message = subprocess.run([sys.executable, "-c", "from rnnexp.cli import exit_now; "
+                              "exit_now('no such thing')"], capture_output=True, text=True)
+    assert message.returncode == 1 and "no such thing" in message.stderr
