@@ -178,8 +178,11 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
             else max(bench.round_ms, SOLO_ROUND_MS)
         while True:
             for share, samples in zip(shares, per_process, strict=True):
-                n = min(bench.iters - len(samples.forward_ms),
-                        max(1, math.ceil(round_ms / sample_ms)))
+                have = len(samples.forward_ms)
+                # A round brings a process at least to its minimum: no stop is asked about
+                # before every process has it, so a shorter round only adds a round trip.
+                n = min(bench.iters - have,
+                        max(1, math.ceil(round_ms / sample_ms), bench.min_iters - have))
                 if n <= 0:
                     continue
                 done = share.round(n, ready.block)  # one block size for every process
