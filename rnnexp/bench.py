@@ -6,6 +6,8 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
 - overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
   jobs' own work (timed samples, warm-up, verification), per job, from two sweeps of N1 and
   N2 jobs (the difference removes the once-per-sweep start-up); against the timed work.
+  Swept over seeds (values) and over models (a config group), which differ in how often
+  the config is composed.
 - fastrnns: wall time of fastrnns' RNN set (seq 20, input 128, hidden 128, batch 16:
   lstm and py under backend=aten, the five jit* loops under backend=jit executor=simple) with
   bench=default (10 + 100) against bench=adaptive, MLflow on (each variant its own store,
@@ -103,26 +105,37 @@ def work_s(result: dict) -> float:
         + sum(float(backend.get(k) or 0) for k in ("first_call_s", "optimize_s"))
 
 
+# Loop models a jit sweep can take as its config-group axis (each job its own choice).
+LOOP_MODELS = ["jit", "jit_premul", "jit_premul_bias", "jit_simple", "jit_multilayer",
+               "jit_gru", "jit_dropout", "jit_layernorm"]
+
+
 def overhead(n1: int, n2: int, tmp: Path) -> None:
-    base = ["model=jit", "backend=jit", "backend.executor=simple", "shape=small",
-            "bench=quick"]
-    runs = {}
-    for n in (n1, n2):  # seeds make n distinct jobs, each in its own worker process
-        wall, results = sweep([*base, f"seed=range(0,{n})"], tmp / f"overhead{n}")
-        runs[n] = (wall, sum(work_s(r) for r in results), sum(timed_s(r) for r in results))
-    (w1, k1, t1), (w2, k2, t2) = runs[n1], runs[n2]
-    per_job = ((w2 - k2) - (w1 - k1)) / (n2 - n1)
-    startup = (w1 - k1) - n1 * per_job
-    timed_per_job = (t2 - t1) / (n2 - n1)
+    """Two axes: seeds (values: one composition per distinct group choice serves every job)
+    and models (a config group: every job its own composition)."""
+    base = ["backend=jit", "backend.executor=simple", "shape=small", "bench=quick"]
+    axes = [("seeds", lambda n: ["model=jit", f"seed=range(0,{n})"])]
+    if n2 <= len(LOOP_MODELS):
+        axes.append(("models", lambda n: [f"model={','.join(LOOP_MODELS[:n])}"]))
     table = Table(title=f"per-job overhead in a sweep, MLflow on ({load()})")
     for col in ("inputs", "per-job overhead", "timed work per job", "overhead / timed",
                 "once per sweep"):
         table.add_column(col, justify="right")
-    table.add_row(f"{' '.join(base)}; sweeps of {n1} and {n2} jobs: walls {w1:.1f} s, "
-                  f"{w2:.1f} s; jobs' own work {k1:.1f} s, {k2:.1f} s",
-                  f"{per_job:.2f} s", f"{timed_per_job:.3f} s",
-                  f"{per_job / timed_per_job:.1f}×" if timed_per_job > 0 else "—",
-                  f"{startup:.1f} s")
+    for axis, swept in axes:
+        runs = {}
+        for n in (n1, n2):  # n distinct jobs, each in its own worker process
+            wall, results = sweep([*base, *swept(n)], tmp / f"overhead_{axis}{n}")
+            runs[n] = (wall, sum(work_s(r) for r in results),
+                       sum(timed_s(r) for r in results))
+        (w1, k1, t1), (w2, k2, t2) = runs[n1], runs[n2]
+        per_job = ((w2 - k2) - (w1 - k1)) / (n2 - n1)
+        startup = (w1 - k1) - n1 * per_job
+        timed_per_job = (t2 - t1) / (n2 - n1)
+        table.add_row(f"{' '.join([*base, *swept(n2)])}; sweeps of {n1} and {n2} jobs: walls "
+                      f"{w1:.1f} s, {w2:.1f} s; jobs' own work {k1:.1f} s, {k2:.1f} s",
+                      f"{per_job:.2f} s", f"{timed_per_job:.3f} s",
+                      f"{per_job / timed_per_job:.1f}×" if timed_per_job > 0 else "—",
+                      f"{startup:.1f} s")
     console.print(table)
 
 
