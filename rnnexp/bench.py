@@ -110,32 +110,39 @@ LOOP_MODELS = ["jit", "jit_premul", "jit_premul_bias", "jit_simple", "jit_multil
                "jit_gru", "jit_dropout", "jit_layernorm"]
 
 
-def overhead(n1: int, n2: int, tmp: Path) -> None:
+def overhead(n1: int, n2: int, tmp: Path, rounds: int = 1) -> None:
     """Two axes: seeds (values: one composition per distinct group choice serves every job)
-    and models (a config group: every job its own composition)."""
+    and models (a config group: every job its own composition). With several rounds, the
+    median per-job overhead and the range of the rounds."""
     base = ["backend=jit", "backend.executor=simple", "shape=small", "bench=quick"]
     axes = [("seeds", lambda n: ["model=jit", f"seed=range(0,{n})"])]
     if n2 <= len(LOOP_MODELS):
         axes.append(("models", lambda n: [f"model={','.join(LOOP_MODELS[:n])}"]))
-    table = Table(title=f"per-job overhead in a sweep, MLflow on ({load()})")
+    table = Table(title=f"per-job overhead in a sweep, MLflow on ({rounds} round(s); {load()})")
     for col in ("inputs", "per-job overhead", "timed work per job", "overhead / timed",
                 "once per sweep"):
         table.add_column(col, justify="right")
     for axis, swept in axes:
-        runs = {}
-        for n in (n1, n2):  # n distinct jobs, each in its own worker process
-            wall, results = sweep([*base, *swept(n)], tmp / f"overhead_{axis}{n}")
-            runs[n] = (wall, sum(work_s(r) for r in results),
-                       sum(timed_s(r) for r in results))
-        (w1, k1, t1), (w2, k2, t2) = runs[n1], runs[n2]
-        per_job = ((w2 - k2) - (w1 - k1)) / (n2 - n1)
-        startup = (w1 - k1) - n1 * per_job
-        timed_per_job = (t2 - t1) / (n2 - n1)
-        table.add_row(f"{' '.join([*base, *swept(n2)])}; sweeps of {n1} and {n2} jobs: walls "
-                      f"{w1:.1f} s, {w2:.1f} s; jobs' own work {k1:.1f} s, {k2:.1f} s",
-                      f"{per_job:.2f} s", f"{timed_per_job:.3f} s",
-                      f"{per_job / timed_per_job:.1f}×" if timed_per_job > 0 else "—",
-                      f"{startup:.1f} s")
+        per_job, startup, timed, walls = [], [], [], []
+        for r in range(rounds):
+            runs = {}
+            for n in (n1, n2):  # n distinct jobs, each in its own worker process
+                wall, results = sweep([*base, *swept(n)], tmp / f"overhead_{axis}{n}_{r}")
+                runs[n] = (wall, sum(work_s(x) for x in results),
+                           sum(timed_s(x) for x in results))
+            (w1, k1, t1), (w2, k2, t2) = runs[n1], runs[n2]
+            per_job.append(((w2 - k2) - (w1 - k1)) / (n2 - n1))
+            startup.append((w1 - k1) - n1 * per_job[-1])
+            timed.append((t2 - t1) / (n2 - n1))
+            walls.append(f"{w1:.1f}/{w2:.1f} s")
+        job, spread = float(np.median(per_job)), f"{min(per_job):.2f}–{max(per_job):.2f}"
+        timed_per_job = float(np.median(timed))
+        table.add_row(f"{' '.join([*base, *swept(n2)])}; sweeps of {n1} and {n2} jobs, walls "
+                      f"{', '.join(walls)}",
+                      f"{job:.2f} s" + (f" ({spread})" if rounds > 1 else ""),
+                      f"{timed_per_job:.3f} s",
+                      f"{job / timed_per_job:.1f}×" if timed_per_job > 0 else "—",
+                      f"{float(np.median(startup)):.1f} s")
     console.print(table)
 
 
@@ -274,7 +281,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="any of: overhead fastrnns fidelity aa (default: all)")
     parser.add_argument("--jobs", type=int, nargs=2, default=[2, 8], metavar=("N1", "N2"),
                         help="overhead: the two sweep sizes (default 2 8)")
-    parser.add_argument("--rounds", type=int, default=1, help="fastrnns: interleaved rounds")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="overhead, fastrnns: rounds (medians are reported)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="fastrnns: also run the fixed sweeps from this checkout")
     parser.add_argument("--trials", type=int, default=4, help="aa: first runs")
@@ -288,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{time.strftime('%Y-%m-%d %H:%M %Z')} · {load()}", highlight=False)
     with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
         if "overhead" in parts:
-            overhead(*args.jobs, Path(tmp))
+            overhead(*args.jobs, Path(tmp), args.rounds)
         if "fastrnns" in parts:
             fastrnns(args.rounds, Path(tmp), args.baseline)
     if "fidelity" in parts:
