@@ -10,13 +10,14 @@ configs are kept, so a job that runs in this process is not validated a second t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -163,12 +164,18 @@ def choices(overrides: Sequence[str]) -> dict[str, str] | None:
     return _CHOICES.get(_key(overrides))
 
 
-def _compose(job: Sequence[str], hydra_config: bool = False):
+@contextlib.contextmanager
+def _composition_errors_in_one_line() -> Iterator[None]:
     try:
-        return compose(config_name=CONFIG_NAME, overrides=list(job),
-                       return_hydra_config=hydra_config)
+        yield
     except (HydraException, OmegaConfBaseException) as err:
         raise RnnexpError(one_line(err)) from None
+
+
+def _compose(job: Sequence[str], hydra_config: bool = False):
+    with _composition_errors_in_one_line():
+        return compose(config_name=CONFIG_NAME, overrides=list(job),
+                       return_hydra_config=hydra_config)
 
 
 def _compose_job(job: Sequence[str], bases: dict[tuple[str, ...], Any]):
@@ -187,10 +194,8 @@ def _compose_job(job: Sequence[str], bases: dict[tuple[str, ...], Any]):
     if groups not in bases:
         bases[groups] = _compose(list(groups))
     cfg = copy.deepcopy(bases[groups])
-    try:
+    with _composition_errors_in_one_line():
         ConfigLoaderImpl._apply_overrides_to_config(plain, cfg)
-    except (HydraException, OmegaConfBaseException) as err:
-        raise RnnexpError(one_line(err)) from None
     return cfg
 
 

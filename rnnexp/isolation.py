@@ -20,7 +20,6 @@ outright, which itself exits with the job's process.
 from __future__ import annotations
 
 import ctypes
-import gc
 import multiprocessing as mp
 import os
 import signal
@@ -28,7 +27,7 @@ import sys
 import traceback
 from typing import Any
 
-from rnnexp import errors, job, memory
+from rnnexp import errors, job, memory, timing
 from rnnexp.measurer import Finished, Measurer, Ready, Round
 
 # Imported by the fork server before it forks a worker: torch, the measuring code and the
@@ -89,7 +88,7 @@ def _serve(conn, planned: job.Plan, verify_model: bool) -> None:
     _die_with_parent()
     # What the fork server imported lives as long as this process: frozen, no collection
     # scans it (a full one otherwise costs ~0.1 s with torch loaded, before every warm-up).
-    gc.freeze()
+    timing.freeze_once()
     measurer = Measurer(planned, verify_model=verify_model)
     try:
         conn.send(("ok", measurer.setup()))

@@ -86,6 +86,14 @@ def t_quantile(p: float, df: int) -> float:
     return float(special.stdtrit(df, p))
 
 
+def prediction_half_width(spread: float, processes: int,
+                          confidence: float = CONFIDENCE) -> float:
+    """t(k−1, (1+confidence)/2) · s · √(1 + 1/k): the half-width, in logs, of the interval
+    for a new process's median from k processes whose log medians spread by s."""
+    return t_quantile((1 + confidence) / 2, processes - 1) * spread \
+        * float(np.sqrt(1 + 1 / processes))
+
+
 def between_processes(process_medians_ms: Sequence[float], confidence: float = CONFIDENCE
                       ) -> dict[str, float]:
     """Where the median of a new run in a fresh process is expected to fall: a prediction
@@ -108,7 +116,7 @@ def between_processes(process_medians_ms: Sequence[float], confidence: float = C
         return {"center_ms": center, "low_ms": float("nan"), "high_ms": float("nan"),
                 "spread": float("nan"), "k": k}
     s = float(logs.std(ddof=1))
-    half = t_quantile((1 + confidence) / 2, k - 1) * s * float(np.sqrt(1 + 1 / k))
+    half = prediction_half_width(s, k, confidence)
     return {"center_ms": center, "low_ms": center * float(np.exp(-half)),
             "high_ms": center * float(np.exp(half)), "spread": s, "k": k}
 
@@ -131,5 +139,4 @@ def prediction_floor(interval: dict[str, float], processes: Optional[int] = None
         return 0.0
     if processes is None:
         return float(special.ndtri((1 + confidence) / 2)) * spread
-    return t_quantile((1 + confidence) / 2, processes - 1) * spread \
-        * float(np.sqrt(1 + 1 / processes))
+    return prediction_half_width(spread, processes, confidence)
