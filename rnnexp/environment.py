@@ -46,6 +46,10 @@ BUSY = "busy"
 OVERSUBSCRIBED = "oversubscribed"
 HIGH_SPREAD = "high_spread"
 GPU_THROTTLED = "gpu_throttled"
+DRIFTING = "drifting"
+# The machine's level moving by more than this between runs (1σ, relative; rnnexp.drift) is
+# flagged: a rerun lands up to ~2.8× as far away.
+DRIFT_WARN = 0.05
 
 
 @dataclass
@@ -77,6 +81,11 @@ class Environment:
     after: Optional[Look] = None  # over the timed samples (and the backend's finish)
     quiet: str = ""  # the bench.quiet policy in force
     waited_s: float = 0.0  # time spent waiting for a quiet machine
+    # How much this machine's speed moves between runs (rnnexp.drift): 1σ of the log probe
+    # medians (None: not yet known), from how many probes, over how many hours.
+    drift: Optional[float] = None
+    drift_probes: int = 0
+    drift_hours: float = 0.0
     flags: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # why each flag was raised
 
@@ -297,7 +306,8 @@ def settle(mode: str, timeout_s: float, progress=None,
 def assess(env: Environment, spreads: Mapping[str, float], device: torch.device) -> None:
     """Flag what makes these timings doubtful: a busy machine before or while timing,
     more threads than cores free for them, a spread above torch.utils.benchmark's warning
-    threshold (IQR/median, per phase), a throttled GPU."""
+    threshold (IQR/median, per phase), a machine whose speed drifts between runs, a
+    throttled GPU."""
     for when, seen in (("before timing", env.before), ("while timing", env.after)):
         reason = busy_reason(seen, env.cores) if seen else ""
         if reason:
@@ -316,6 +326,10 @@ def assess(env: Environment, spreads: Mapping[str, float], device: torch.device)
         env.flag(HIGH_SPREAD, "spread high: " + ", ".join(
             f"{p} IQR {100 * s:.0f}% of median" for p, s in high.items())
                  + f" (torch.utils.benchmark warns above {100 * IQR_WARN:.0f}%)")
+    if env.drift is not None and env.drift > DRIFT_WARN:
+        env.flag(DRIFTING, f"this machine's speed moved ±{100 * env.drift:.0f}% (1σ) between "
+                           f"runs over {env.drift_probes} probes in {env.drift_hours:.1f} h: "
+                           "the between-run interval includes it")
     slow = [r for r in env.gpu.get("throttle_reasons", ()) if r in SLOWDOWNS]
     if slow:
         env.flag(GPU_THROTTLED, f"GPU clocks throttled ({', '.join(slow)})")

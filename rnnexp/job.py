@@ -85,7 +85,8 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
     ready, env = m.ready, m.environment
     verification = ready.verification or Verification("skipped", detail="not verified")
     phases = phase_stats(m.pooled(), ready.work, ready.no_backward_reason,
-                         per_process=m.per_process)
+                         per_process=m.per_process, drift=m.drift.spread,
+                         drift_probes=m.drift.probes)
     environment.assess(env, environment.spreads_of(phases), p.device)
     if not verification.ok:
         status, reason = INVALID, f"verification failed: {verification.detail}"

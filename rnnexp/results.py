@@ -93,6 +93,9 @@ class PhaseStats:
     between_low_ms: Optional[float] = None
     between_high_ms: Optional[float] = None
     between_spread: Optional[float] = None
+    # The machine's drift between runs that the interval includes (rnnexp.drift; 1σ,
+    # relative); null: not known, or bench.drift=false.
+    between_drift: Optional[float] = None
     samples_ms: list[float] = field(default_factory=list)
     # Set instead of everything above when the phase was not timed, with the reason.
     not_applicable: Optional[str] = None
@@ -119,15 +122,17 @@ class PhaseStats:
 
     @classmethod
     def of(cls, values: Sequence[float], *, tokens: int, flops: float, nbytes: float,
-           per_process: Sequence[Sequence[float]] = ()) -> PhaseStats:
+           per_process: Sequence[Sequence[float]] = (), drift: Optional[float] = None,
+           drift_probes: int = 0) -> PhaseStats:
         summary = stats.summarize(values)
         if len(per_process) > 1:
             medians = [stats.median(v) for v in per_process]
-            interval = stats.between_processes(medians)
+            interval = stats.between_processes(medians, drift=drift, drift_probes=drift_probes)
             summary.update(processes=len(medians), process_medians_ms=medians,
                            between_low_ms=interval["low_ms"],
                            between_high_ms=interval["high_ms"],
-                           between_spread=interval["spread"])
+                           between_spread=interval["spread"],
+                           between_drift=drift if interval["drift_half"] else None)
         summary.update(stats.rates(summary["median_ms"], tokens=tokens, flops=flops,
                                    nbytes=nbytes))
         # Undefined statistics (a median interval from too few samples) are null, not NaN:
@@ -165,9 +170,9 @@ class TimingInfo:
     precision: Optional[float] = None
     threads: int = 0
     # Iterations per sample (bench.block_ms), processes that measured, why measuring stopped
-    # (iters | precision | budget), and where the seconds went: measuring in all (measure_s),
-    # of which building/scripting/first calls (setup_s), verifying, warming up and the
-    # timed samples themselves (summed over processes).
+    # (iters | precision | spread | drift | budget: rnnexp.schedule), and where the seconds
+    # went: measuring in all (measure_s), of which building/scripting/first calls (setup_s),
+    # verifying, warming up and the timed samples themselves (summed over processes).
     block: int = 1
     processes: int = 1
     stopped: str = ""
@@ -308,20 +313,26 @@ class Result:
 
 
 def phase_stats(samples: Samples, work: Work, no_backward_reason: str = "",
-                per_process: Sequence[Samples] = ()) -> dict[str, PhaseStats]:
+                per_process: Sequence[Samples] = (), drift: Optional[float] = None,
+                drift_probes: int = 0) -> dict[str, PhaseStats]:
     """Statistics, rates and raw samples for forward, backward and their per-iteration sum;
-    with the samples of each process, the between-process interval too."""
+    with the samples of each process, the between-process interval too (with the machine's
+    drift between runs, when known)."""
+    machine = dict(drift=drift, drift_probes=drift_probes)
     phases = {"forward": PhaseStats.of(samples.forward_ms, tokens=work.tokens,
                                        flops=work.flops_fwd, nbytes=work.bytes_fwd,
-                                       per_process=[s.forward_ms for s in per_process])}
+                                       per_process=[s.forward_ms for s in per_process],
+                                       **machine)}
     if samples.backward_ms:
         phases["backward"] = PhaseStats.of(samples.backward_ms, tokens=work.tokens,
                                            flops=work.flops_bwd, nbytes=work.bytes_bwd,
-                                           per_process=[s.backward_ms for s in per_process])
+                                           per_process=[s.backward_ms for s in per_process],
+                                           **machine)
         phases["total"] = PhaseStats.of(samples.total_ms, tokens=work.tokens,
                                         flops=work.flops_fwd + work.flops_bwd,
                                         nbytes=work.bytes_fwd + work.bytes_bwd,
-                                        per_process=[s.total_ms for s in per_process])
+                                        per_process=[s.total_ms for s in per_process],
+                                        **machine)
     else:
         phases["backward"] = PhaseStats(not_applicable=no_backward_reason or "not timed")
     return phases

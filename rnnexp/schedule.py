@@ -25,7 +25,11 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-from rnnexp import environment, isolation, job, stats, targets
+import torch
+
+from rnnexp import drift, environment, isolation, job, stats, targets
+from rnnexp.device import device_name
+from rnnexp.drift import Drift
 from rnnexp.environment import Environment
 from rnnexp.measurer import Finished, Measurer, Ready, Round
 from rnnexp.profiling import ProfileInfo
@@ -36,10 +40,12 @@ from rnnexp.timing import Progress, Samples
 BY_COUNT = "iters"  # every process ran bench.iters samples
 BY_PRECISION = "precision"  # the interval met bench.precision
 BY_SPREAD = "spread"  # the spread between processes alone exceeds bench.precision
+BY_DRIFT = "drift"  # the machine's drift between runs alone exceeds bench.precision
 BY_BUDGET = "budget"  # bench.budget_s ran out
 # Rounds of a lone process with a fixed count: long enough that a round's request and its
 # young-generation collection cost nothing, short enough for a live progress bar.
 SOLO_ROUND_MS = 500.0
+UNKNOWN = Drift(None, 0, 0.0)
 
 
 class Share(Protocol):
@@ -65,6 +71,7 @@ class Measured:
     warmup_s: float = 0.0
     timed_s: float = 0.0
     environment: Optional[Environment] = None  # the machine around the timed samples
+    drift: Drift = UNKNOWN  # the machine's speed drift between runs (bench.drift)
     recompiled: str = ""  # what some process compiled while timed ("" if none did)
     profile: Optional[ProfileInfo] = None
 
@@ -103,8 +110,8 @@ def _start(planned: job.Plan, index: int) -> Share:
     return isolation.Worker(planned, verify_model=index == 0)
 
 
-def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
-                ) -> Optional[str]:
+def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float,
+                machine: Optional[Drift] = None) -> Optional[str]:
     """Whether to stop after a round, and why (None: go on)."""
     counts = [len(s.forward_ms) for s in per_process]
     k = len(per_process)
@@ -114,9 +121,11 @@ def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
             if stats.precise_enough(per_process[0].total_ms, bench.precision):
                 return BY_PRECISION
         else:
-            interval = between(per_process)
+            interval = between(per_process, machine)
             if stats.relative_half_width(interval) <= bench.precision:
                 return BY_PRECISION
+            if interval["drift_half"] > bench.precision:  # no measuring here narrows that
+                return BY_DRIFT
             # At the spread measured so far, even the most processes allowed would leave an
             # interval wider than the target: measuring longer would only cost time.
             if stats.prediction_floor(interval, max_processes(bench)) > bench.precision:
@@ -129,8 +138,10 @@ def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
     return None
 
 
-def between(per_process: list[Samples]) -> dict[str, float]:
-    return stats.between_processes([stats.median(s.total_ms) for s in per_process])
+def between(per_process: list[Samples], machine: Optional[Drift] = None) -> dict[str, float]:
+    machine = machine or UNKNOWN
+    return stats.between_processes([stats.median(s.total_ms) for s in per_process],
+                                   drift=machine.spread, drift_probes=machine.probes)
 
 
 def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
@@ -157,6 +168,11 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
 
     # What other processes do is read over the set-up (build, verify, warm-up: up to right
     # before timing; waited for, or refused, as bench.quiet says) and over the timed samples.
+    # The machine's drift as its history knows it, for the stopping rule; probed (when due)
+    # once this job's processes are done, for the result.
+    where = (planned.device, device_name(planned.device, planned.plat),
+             bench.num_threads or torch.get_num_threads())
+    machine = drift.observe(*where, probe=False) if bench.drift else UNKNOWN
     set_up = environment.snapshot()
     try:
         add(bench.processes)
@@ -193,7 +209,7 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
                         progress.advance()
             measured = [s for s in per_process if s.forward_ms]
             sample_ms = max(stats.median(measured[0].total_ms), 1e-3) if measured else sample_ms
-            stopped = stop_reason(bench, per_process, time.perf_counter() - t0)
+            stopped = stop_reason(bench, per_process, time.perf_counter() - t0, machine)
             if stopped:
                 break
             # Only more processes narrow the between-process interval: add one once every
@@ -209,7 +225,11 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
     finally:
         for share in shares:
             share.close()
-    return Measured(environment=env, profile=finished[0].profile,
+    if bench.drift:
+        machine = drift.observe(*where)
+    env.drift, env.drift_probes, env.drift_hours = machine.spread, machine.probes, \
+        round(machine.hours, 2)
+    return Measured(environment=env, drift=machine, profile=finished[0].profile,
                     recompiled="; ".join(dict.fromkeys(f.recompiled for f in finished
                                                        if f.recompiled)),
                     ready=readies[0], per_process=per_process, backend=finished[0].backend,

@@ -94,6 +94,9 @@ class BenchConfig:
     # Place each result against its device's measured GEMM and copy peaks (rnnexp.roofline;
     # measured once per device, dtype and thread count, then read from a cache).
     roofline: bool = True
+    # Add this machine's speed drift between runs (rnnexp.drift: a ~0.1 s probe at most once a
+    # minute, its history in the cache) to the between-process interval.
+    drift: bool = True
 
     # Fresh processes measuring the configuration, each with its own build and warm-up
     # (rnnexp.schedule); with several, the result carries the between-process interval.

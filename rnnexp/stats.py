@@ -94,7 +94,19 @@ def prediction_half_width(spread: float, processes: int,
         * float(np.sqrt(1 + 1 / processes))
 
 
-def between_processes(process_medians_ms: Sequence[float], confidence: float = CONFIDENCE
+def drift_half_width(drift: Optional[float], probes: int,
+                     confidence: float = CONFIDENCE) -> float:
+    """t(n−1, (1+confidence)/2) · √2 · d: how far apart, in logs, the levels of two runs can
+    be on a machine whose level moves between runs with relative spread d, estimated from n
+    probes (rnnexp.drift). √2: the first run and the rerun each drew a level. 0 when the
+    drift is unknown."""
+    if drift is None or not np.isfinite(drift) or probes < 2:
+        return 0.0
+    return t_quantile((1 + confidence) / 2, probes - 1) * float(np.sqrt(2)) * drift
+
+
+def between_processes(process_medians_ms: Sequence[float], confidence: float = CONFIDENCE,
+                      drift: Optional[float] = None, drift_probes: int = 0
                       ) -> dict[str, float]:
     """Where the median of a new run in a fresh process is expected to fall: a prediction
     interval from the medians m_1..m_k of k independent processes (each with its own
@@ -104,21 +116,26 @@ def between_processes(process_medians_ms: Sequence[float], confidence: float = C
 
     Unlike a confidence interval of the median it does not shrink with more samples per
     process: the spread between processes (memory layout, thread placement, the host) is in
-    it. center_ms is the geometric mean of the medians; spread is s (≈ their relative
-    spread). NaN bounds below 3 processes (two medians say little about a third)."""
+    it. With the machine's drift between runs (`drift` from `drift_probes` probes), its
+    half-width (drift_half_width) is added in quadrature: the processes of one job share the
+    machine's level of those seconds, a rerun minutes later may not. center_ms is the
+    geometric mean of the medians; spread is s (≈ their relative spread); drift_half the
+    drift's part. NaN bounds below 3 processes (two medians say little about a third)."""
     m = np.asarray(process_medians_ms, dtype=np.float64)
     k = int(m.size)
     if k == 0:
         raise ValueError("no process medians")
     logs = np.log(np.maximum(m, 1e-12))
     center = float(np.exp(logs.mean()))
+    drift_half = drift_half_width(drift, drift_probes, confidence)
     if k < 3:
         return {"center_ms": center, "low_ms": float("nan"), "high_ms": float("nan"),
-                "spread": float("nan"), "k": k}
+                "spread": float("nan"), "k": k, "drift_half": drift_half}
     s = float(logs.std(ddof=1))
-    half = prediction_half_width(s, k, confidence)
+    half = float(np.hypot(prediction_half_width(s, k, confidence), drift_half))
     return {"center_ms": center, "low_ms": center * float(np.exp(-half)),
-            "high_ms": center * float(np.exp(half)), "spread": s, "k": k}
+            "high_ms": center * float(np.exp(half)), "spread": s, "k": k,
+            "drift_half": drift_half}
 
 
 def relative_half_width(interval: dict[str, float]) -> float:
@@ -133,10 +150,12 @@ def prediction_floor(interval: dict[str, float], processes: Optional[int] = None
                      confidence: float = CONFIDENCE) -> float:
     """The relative half-width the between-process interval would have with `processes`
     processes at the spread measured so far, t(k−1) · s · √(1 + 1/k) — with no limit
-    (None), z · s: no amount of measuring gets below it."""
-    spread = interval["spread"]
+    (None), z · s — and the machine's drift: no amount of measuring gets below it."""
+    spread, drift_half = interval["spread"], interval.get("drift_half", 0.0)
     if not np.isfinite(spread):
-        return 0.0
+        return drift_half
     if processes is None:
-        return float(special.ndtri((1 + confidence) / 2)) * spread
-    return prediction_half_width(spread, processes, confidence)
+        within = float(special.ndtri((1 + confidence) / 2)) * spread
+    else:
+        within = prediction_half_width(spread, processes, confidence)
+    return float(np.hypot(within, drift_half))

@@ -59,7 +59,7 @@ def load_results(folder: Path) -> dict:
 
 @pytest.fixture(autouse=True, scope="session")
 def roofline_cache(tmp_path_factory):
-    """Device peaks are measured into a cache of the test session, never the user's; every
+    """Device peaks and drift probes go to a cache of the test session, never the user's; every
     CLI subprocess inherits it."""
     from rnnexp.roofline import CACHE_ENV
 

@@ -105,7 +105,7 @@ def tags_of(result: Result) -> dict[str, str]:
 
 def environment_tags(result: Result) -> dict[str, str]:
     """Whether the machine was fit to time on: flags (busy, oversubscribed, high_spread,
-    gpu_throttled; "none"), why, the busiest other processes, GPU clocks."""
+    drifting, gpu_throttled; "none"), why, the busiest other processes, GPU clocks."""
     env = result.environment
     if env is None:
         return {}
@@ -124,6 +124,8 @@ def environment_metrics(result: Result) -> dict[str, float]:
     if env is None:
         return {}
     metrics = {"env_waited_s": float(env.waited_s)}
+    if env.drift is not None:  # the machine's speed drift between runs (rnnexp.drift)
+        metrics.update(env_drift=float(env.drift), env_drift_probes=float(env.drift_probes))
     for when, seen in (("before", env.before), ("after", env.after)):
         if seen is not None:
             metrics[f"env_other_cores_{when}"] = float(seen.other_cores)
