@@ -282,7 +282,7 @@ def test_the_switch_leaves_the_roofline_out(run_cli, tmp_path):
                    "bench.roofline=false", env={roofline.CACHE_ENV: str(empty)})
     assert proc.returncode == 0, proc.stderr
     assert load_results(tmp_path / "run")["roofline"] is None
-    assert not empty.exists() and "measuring" not in proc.stderr
+    assert not (empty / "roofline").exists() and "measuring" not in proc.stderr
 
 
 @pytest.fixture(scope="module")
