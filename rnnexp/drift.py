@@ -8,7 +8,10 @@ it ran 28× slower), at most once a minute per device and thread count (the hist
 entry decides, across processes). Its median goes into a history in the cache, next to the
 roofline's (`drift/` under `$RNNEXP_CACHE_DIR`, keyed the same way). The machine's drift is
 the standard deviation of the logarithms of the probes of the last day (≈ their relative
-spread), once there are at least `MIN_PROBES`.
+spread), once there are at least `MIN_PROBES`. A probe during which other processes kept the
+machine busy (rnnexp.environment's rule) is kept as `busy` and left out: it measures them,
+not the machine (the probe ran 2 ms idle and 56 ms beside a benchmark), and a result timed
+on a busy machine carries its own flag.
 
 The probe's own noise is in that spread too, so it errs wide. Its premise: what slows the
 machine (other tenants of the host, frequency, thermal state) slows a job about as much as the
@@ -33,7 +36,7 @@ import torch
 from filelock import FileLock
 from torch.utils.benchmark import Timer
 
-from rnnexp import roofline
+from rnnexp import environment, roofline
 
 PROBE_EVERY_S = 60.0  # at most one probe a minute: a sweep's jobs share it
 WINDOW_S = 24 * 3600.0  # probes older than a day say little about today
@@ -73,7 +76,8 @@ def probe_ms(device: torch.device, threads: int) -> float:
 
 def estimate(probes: Sequence[dict], now: float) -> Drift:
     """The drift from the probes of the last WINDOW_S (dicts with `at`, epoch s, and `ms`)."""
-    recent = [p for p in probes if now - p["at"] <= WINDOW_S and p["ms"] > 0]
+    recent = [p for p in probes if now - p["at"] <= WINDOW_S and p["ms"] > 0
+              and not p.get("busy")]
     if not recent:
         return Drift(None, 0, 0.0)
     hours = (now - min(p["at"] for p in recent)) / 3600
@@ -117,7 +121,11 @@ def observe(device: torch.device, device_name: str, threads: int, probe: bool = 
         with FileLock(f"{path}.lock"):
             probes = _load(path, key)
             if probe and (not probes or now - probes[-1]["at"] >= PROBE_EVERY_S):
-                probes.append({"at": now, "ms": probe_ms(device, threads)})
+                start = environment.snapshot()
+                ms = probe_ms(device, threads)
+                busy = environment.busy_reason(environment.look_since(start),
+                                               environment.usable_cores())
+                probes.append({"at": now, "ms": ms, **({"busy": busy} if busy else {})})
                 _save(path, key, probes)
     except OSError:
         return Drift(None, 0, 0.0)
@@ -162,6 +170,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         found = observe(device, name, args.threads)
         latest = _load(history_path(key), key)[-1:]
         probe = f"; latest probe {latest[0]['ms']:.3f} ms" if latest else ""
+        if latest and latest[0].get("busy"):
+            probe += f" (left out: {latest[0]['busy']})"
         print(f"{name} ({device.type}, {args.threads} threads): drift {describe(found)}{probe}",
               flush=True)
         if time.monotonic() + PROBE_EVERY_S > end:

@@ -318,12 +318,23 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
 }
 
 
+def share_store() -> None:
+    """Every composition makes a CachingConfigRepository, which deep-copies Hydra's config
+    repository so that re-initialising its sources leaves the original alone — and with it
+    the ConfigStore singleton its structured-config source points to: every stored node, at
+    every composition (with DeepBench's 110 problems stored, 0.21 → 0.09 s a job's config
+    here). The store hands out a deep copy of a node on every load (ConfigStore.load), so no
+    composition can change it, and the copies may share it. Idempotent."""
+    ConfigStore.__deepcopy__ = lambda self, memo: self
+
+
 def register(extra: dict[str, dict[str, type]] | None = None,
              with_deepbench: bool = True) -> None:
-    """Store the schemas where the YAML defaults lists look for them (and DeepBench's
-    problems as the `deepbench` group: Hydra deep-copies the whole store for every config it
-    composes, and its 110 problems more than double that cost, so the command line leaves
-    them out unless it names them)."""
+    """Store the schemas where the YAML defaults lists look for them, and DeepBench's
+    problems as the `deepbench` group (storing its 110 problems takes 0.19 s, so the command
+    line leaves them out unless it names them; compositions no longer pay for them:
+    share_store)."""
+    share_store()
     if with_deepbench:
         deepbench.register()
     cs = ConfigStore.instance()

@@ -1,5 +1,7 @@
 """Config composition and validation: bad input fails before anything runs, in one line."""
 
+import copy
+
 import pytest
 
 from rnnexp.config_check import check, expand_jobs, validated
@@ -130,3 +132,39 @@ def test_a_job_composed_from_its_group_choices_equals_hydras_full_composition(jo
         assert OmegaConf.to_container(cfg) == OmegaConf.to_container(full)
     assert OmegaConf.to_container(ours[0], resolve=True) == \
         OmegaConf.to_container(full, resolve=True)
+
+
+def test_compositions_sharing_the_config_store_equal_hydras_and_leave_the_store_alone():
+    """schema.share_store stops Hydra deep-copying the ConfigStore at every
+    composition; the configs (Hydra's own node included) must be what Hydra composes with
+    its copy, and what a composition gets from the store must still be its own copy."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf, open_dict
+
+    from rnnexp.config_check import CONF_DIR
+    from rnnexp.schema import share_store
+
+    jobs = [["model=jit_layernorm", "backend=jit", "backend.executor=simple"],
+            ["model=quantized_lstm", "+sinks=fastrnns", "bench=adaptive", "shape=small"]]
+
+    def composed():
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return [OmegaConf.to_container(compose(config_name="config", overrides=job,
+                                                   return_hydra_config=True))
+                    for job in jobs]
+
+    share_store()
+    store = ConfigStore.instance()
+    assert copy.deepcopy(store) is store
+    shared = composed()
+    del ConfigStore.__deepcopy__  # Hydra as it ships
+    try:
+        assert copy.deepcopy(store) is not store
+        assert composed() == shared
+    finally:
+        share_store()
+    node = store.load("rnnexp_schema.yaml").node
+    with open_dict(node):
+        node.seed = 12345
+    assert store.load("rnnexp_schema.yaml").node.seed != 12345

@@ -21,7 +21,8 @@ def test_estimate_needs_enough_recent_probes_and_is_the_spread_of_their_logs():
     few = drift.estimate(probes, now)
     assert not few.known and few.probes == 4
     old = {"at": now - drift.WINDOW_S - 1, "ms": 50.0}  # a day old: left out
-    enough = drift.estimate([old, *probes, {"at": now, "ms": 2.4}], now)
+    busy = {"at": now - 1, "ms": 56.0, "busy": "machine busy: ..."}  # measured the others
+    enough = drift.estimate([old, *probes, busy, {"at": now, "ms": 2.4}], now)
     assert enough.probes == 5 and enough.hours == pytest.approx(3 / 60)
     assert enough.spread == pytest.approx(np.std(np.log([2.0, 2.2, 1.8, 2.1, 2.4]), ddof=1))
     assert not drift.estimate([], now).known
@@ -157,3 +158,20 @@ def test_the_command_prints_the_drift_and_refuses_bad_input_in_one_line(capsys):
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: {field}")
+
+
+def test_a_probe_beside_a_cpu_hog_is_kept_as_busy_and_left_out(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.test_environment import cpu_hogs
+
+    env = {**__import__("os").environ, drift.roofline.CACHE_ENV: str(tmp_path)}
+    with cpu_hogs():  # siblings of the probing process, not its children
+        proc = subprocess.run([sys.executable, "-m", "rnnexp.drift", "--threads", "1"],
+                              capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "left out: machine busy" in proc.stdout and "0 of 5 probes" in proc.stdout
+    (path,) = (tmp_path / "drift").glob("*.json")
+    (entry,) = json.loads(path.read_text())["probes"]
+    assert entry["busy"].startswith("machine busy")
