@@ -123,7 +123,9 @@ def observe(device: torch.device, device_name: str, threads: int, probe: bool = 
             if probe and (not probes or now - probes[-1]["at"] >= PROBE_EVERY_S):
                 start = environment.snapshot()
                 ms = probe_ms(device, threads)
-                busy = environment.busy_reason(environment.look_since(start),
+                # A process started during the probe counts too (a benchmark starting beside
+                # the probe slowed it 3×).
+                busy = environment.busy_reason(environment.look_since(start, include_new=True),
                                                environment.usable_cores())
                 probes.append({"at": now, "ms": ms, **({"busy": busy} if busy else {})})
                 _save(path, key, probes)

@@ -153,13 +153,16 @@ def snapshot() -> Snapshot:
     return Snapshot(time.monotonic(), cpu)
 
 
-def usage(start: Snapshot, end: Snapshot, exclude: set[int]) -> list[tuple[float, str]]:
+def usage(start: Snapshot, end: Snapshot, exclude: set[int], include_new: bool = False
+          ) -> list[tuple[float, str]]:
     """(% of one core, "name[pid]") of every process seen at both moments and not excluded,
-    busiest first (a process started in between is not counted)."""
+    busiest first; a process started in between is counted (all its CPU time) only with
+    `include_new`."""
     elapsed = max(end.at - start.at, 1e-6)
-    return sorted(((100 * (cpu - start.cpu[pid][0]) / elapsed, name)
+    return sorted(((100 * (cpu - (start.cpu[pid][0] if pid in start.cpu else 0.0)) / elapsed,
+                    name)
                    for pid, (cpu, name) in end.cpu.items()
-                   if pid in start.cpu and pid not in exclude), reverse=True)
+                   if (pid in start.cpu or include_new) and pid not in exclude), reverse=True)
 
 
 def cpu_by_process(seconds: float, exclude: set[int]) -> list[tuple[float, str]]:
@@ -171,7 +174,7 @@ def cpu_by_process(seconds: float, exclude: set[int]) -> list[tuple[float, str]]
 
 
 def look_since(start: Snapshot, min_s: float = MIN_LOOK_S,
-               earlier: Optional[Snapshot] = None) -> Look:
+               earlier: Optional[Snapshot] = None, include_new: bool = False) -> Look:
     """Load average and the CPU other processes used from `start` to now. CPU times tick in
     10 ms, so a window shorter than `min_s` is noise: it starts at `earlier` instead if
     given, else this sleeps until it is long enough."""
@@ -180,7 +183,7 @@ def look_since(start: Snapshot, min_s: float = MIN_LOOK_S,
     rest = min_s - (time.monotonic() - start.at)
     if rest > 0:
         time.sleep(rest)
-    used = usage(start, snapshot(), _our_processes())
+    used = usage(start, snapshot(), _our_processes(), include_new)
     try:
         load = tuple(round(x, 2) for x in os.getloadavg())
     except OSError:
