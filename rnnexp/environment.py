@@ -47,8 +47,8 @@ OVERSUBSCRIBED = "oversubscribed"
 HIGH_SPREAD = "high_spread"
 GPU_THROTTLED = "gpu_throttled"
 DRIFTING = "drifting"
-# The machine's level moving by more than this between runs (1σ, relative; rnnexp.drift) is
-# flagged: a rerun lands up to ~2.8× as far away.
+# A configuration's median moving by more than this between its runs (1σ, relative;
+# rnnexp.drift) is flagged: a rerun may land about 2.8× as far away.
 DRIFT_WARN = 0.05
 
 
@@ -81,10 +81,10 @@ class Environment:
     after: Optional[Look] = None  # over the timed samples (and the backend's finish)
     quiet: str = ""  # the bench.quiet policy in force
     waited_s: float = 0.0  # time spent waiting for a quiet machine
-    # How much this machine's speed moves between runs (rnnexp.drift): 1σ of the log probe
-    # medians (None: not yet known), from how many probes, over how many hours.
+    # How much this configuration's median moved between its earlier runs here (rnnexp.drift):
+    # 1σ of their log fwd+bwd medians (None: not known), how many runs, over how many hours.
     drift: Optional[float] = None
-    drift_probes: int = 0
+    drift_runs: int = 0
     drift_hours: float = 0.0
     flags: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # why each flag was raised
@@ -153,16 +153,13 @@ def snapshot() -> Snapshot:
     return Snapshot(time.monotonic(), cpu)
 
 
-def usage(start: Snapshot, end: Snapshot, exclude: set[int], include_new: bool = False
-          ) -> list[tuple[float, str]]:
+def usage(start: Snapshot, end: Snapshot, exclude: set[int]) -> list[tuple[float, str]]:
     """(% of one core, "name[pid]") of every process seen at both moments and not excluded,
-    busiest first; a process started in between is counted (all its CPU time) only with
-    `include_new`."""
+    busiest first (a process started in between is not counted)."""
     elapsed = max(end.at - start.at, 1e-6)
-    return sorted(((100 * (cpu - (start.cpu[pid][0] if pid in start.cpu else 0.0)) / elapsed,
-                    name)
+    return sorted(((100 * (cpu - start.cpu[pid][0]) / elapsed, name)
                    for pid, (cpu, name) in end.cpu.items()
-                   if (pid in start.cpu or include_new) and pid not in exclude), reverse=True)
+                   if pid in start.cpu and pid not in exclude), reverse=True)
 
 
 def cpu_by_process(seconds: float, exclude: set[int]) -> list[tuple[float, str]]:
@@ -174,7 +171,7 @@ def cpu_by_process(seconds: float, exclude: set[int]) -> list[tuple[float, str]]
 
 
 def look_since(start: Snapshot, min_s: float = MIN_LOOK_S,
-               earlier: Optional[Snapshot] = None, include_new: bool = False) -> Look:
+               earlier: Optional[Snapshot] = None) -> Look:
     """Load average and the CPU other processes used from `start` to now. CPU times tick in
     10 ms, so a window shorter than `min_s` is noise: it starts at `earlier` instead if
     given, else this sleeps until it is long enough."""
@@ -183,7 +180,7 @@ def look_since(start: Snapshot, min_s: float = MIN_LOOK_S,
     rest = min_s - (time.monotonic() - start.at)
     if rest > 0:
         time.sleep(rest)
-    used = usage(start, snapshot(), _our_processes(), include_new)
+    used = usage(start, snapshot(), _our_processes())
     try:
         load = tuple(round(x, 2) for x in os.getloadavg())
     except OSError:
@@ -309,7 +306,7 @@ def settle(mode: str, timeout_s: float, progress=None,
 def assess(env: Environment, spreads: Mapping[str, float], device: torch.device) -> None:
     """Flag what makes these timings doubtful: a busy machine before or while timing,
     more threads than cores free for them, a spread above torch.utils.benchmark's warning
-    threshold (IQR/median, per phase), a machine whose speed drifts between runs, a
+    threshold (IQR/median, per phase), a median that drifts between runs, a
     throttled GPU."""
     for when, seen in (("before timing", env.before), ("while timing", env.after)):
         reason = busy_reason(seen, env.cores) if seen else ""
@@ -330,9 +327,9 @@ def assess(env: Environment, spreads: Mapping[str, float], device: torch.device)
             f"{p} IQR {100 * s:.0f}% of median" for p, s in high.items())
                  + f" (torch.utils.benchmark warns above {100 * IQR_WARN:.0f}%)")
     if env.drift is not None and env.drift > DRIFT_WARN:
-        env.flag(DRIFTING, f"this machine's speed moved ±{100 * env.drift:.0f}% (1σ) between "
-                           f"runs over {env.drift_probes} probes in {env.drift_hours:.1f} h: "
-                           "the between-run interval includes it")
+        env.flag(DRIFTING, f"this configuration's median moved ±{100 * env.drift:.0f}% (1σ) "
+                           f"over its {env.drift_runs} earlier runs in {env.drift_hours:.1f} h "
+                           "here: the between-run interval includes it")
     slow = [r for r in env.gpu.get("throttle_reasons", ()) if r in SLOWDOWNS]
     if slow:
         env.flag(GPU_THROTTLED, f"GPU clocks throttled ({', '.join(slow)})")

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 import torch
 from omegaconf import OmegaConf
 
-from rnnexp import environment, memory, stats, targets
+from rnnexp import drift, environment, memory, stats, targets
 from rnnexp import platform as platform_mod
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, device_name, resolve_device, torch_dtype
@@ -81,12 +81,19 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
     cfg = p.cfg
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
-    m = schedule.measure(p, progress)
+    # This configuration's earlier runs here: how far its median moves between runs.
+    runs_key = drift.measurement(plain_config(cfg), device_name(p.device, p.plat),
+                                 cfg.bench.num_threads or torch.get_num_threads(),
+                                 p.plat.torch_version, platform_mod.git_commit())
+    machine = drift.earlier(runs_key) if cfg.bench.drift else drift.UNKNOWN
+    m = schedule.measure(p, progress, machine)
     ready, env = m.ready, m.environment
     verification = ready.verification or Verification("skipped", detail="not verified")
     phases = phase_stats(m.pooled(), ready.work, ready.no_backward_reason,
-                         per_process=m.per_process, drift=m.drift.spread,
-                         drift_probes=m.drift.probes)
+                         per_process=m.per_process, drift=machine.spreads,
+                         drift_runs=machine.runs)
+    env.drift, env.drift_runs, env.drift_hours = machine.spread, machine.runs, \
+        round(machine.hours, 2)
     environment.assess(env, environment.spreads_of(phases), p.device)
     if not verification.ok:
         status, reason = INVALID, f"verification failed: {verification.detail}"
@@ -94,7 +101,7 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
         status, reason = RECOMPILED, m.recompiled
     else:
         status, reason = OK, ""
-    return Result(
+    result = Result(
         choices=p.choices,
         overrides=p.overrides,
         config=plain_config(cfg),
@@ -120,6 +127,11 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
         duration_s=time.perf_counter() - t0,
         profile=m.profile,
     )
+    # A valid run on a machine not flagged busy joins the history the next run's interval uses.
+    if cfg.bench.drift and status == OK and environment.BUSY not in env.flags:
+        drift.record(runs_key, {name: phase.median_ms for name, phase in phases.items()
+                                if phase.timed})
+    return result
 
 
 def precision_target(bench: BenchConfig) -> Optional[Callable[[Samples], bool]]:

@@ -93,8 +93,9 @@ class PhaseStats:
     between_low_ms: Optional[float] = None
     between_high_ms: Optional[float] = None
     between_spread: Optional[float] = None
-    # The machine's drift between runs that the interval includes (rnnexp.drift; 1σ,
-    # relative); null: not known, or bench.drift=false.
+    # The drift between runs that the interval includes (rnnexp.drift: 1σ of this phase's
+    # relative spread over the configuration's earlier runs); null: not known, or
+    # bench.drift=false.
     between_drift: Optional[float] = None
     samples_ms: list[float] = field(default_factory=list)
     # Set instead of everything above when the phase was not timed, with the reason.
@@ -123,11 +124,11 @@ class PhaseStats:
     @classmethod
     def of(cls, values: Sequence[float], *, tokens: int, flops: float, nbytes: float,
            per_process: Sequence[Sequence[float]] = (), drift: Optional[float] = None,
-           drift_probes: int = 0) -> PhaseStats:
+           drift_runs: int = 0) -> PhaseStats:
         summary = stats.summarize(values)
         if len(per_process) > 1:
             medians = [stats.median(v) for v in per_process]
-            interval = stats.between_processes(medians, drift=drift, drift_probes=drift_probes)
+            interval = stats.between_processes(medians, drift=drift, drift_runs=drift_runs)
             summary.update(processes=len(medians), process_medians_ms=medians,
                            between_low_ms=interval["low_ms"],
                            between_high_ms=interval["high_ms"],
@@ -313,26 +314,29 @@ class Result:
 
 
 def phase_stats(samples: Samples, work: Work, no_backward_reason: str = "",
-                per_process: Sequence[Samples] = (), drift: Optional[float] = None,
-                drift_probes: int = 0) -> dict[str, PhaseStats]:
+                per_process: Sequence[Samples] = (), drift: Mapping[str, float] = {},
+                drift_runs: int = 0) -> dict[str, PhaseStats]:
     """Statistics, rates and raw samples for forward, backward and their per-iteration sum;
-    with the samples of each process, the between-process interval too (with the machine's
-    drift between runs, when known)."""
-    machine = dict(drift=drift, drift_probes=drift_probes)
+    with the samples of each process, the between-process interval too (with each phase's
+    drift between runs, `drift`, from `drift_runs` earlier runs, when known)."""
+
+    def between(phase: str) -> dict[str, Any]:
+        return dict(drift=drift.get(phase), drift_runs=drift_runs)
+
     phases = {"forward": PhaseStats.of(samples.forward_ms, tokens=work.tokens,
                                        flops=work.flops_fwd, nbytes=work.bytes_fwd,
                                        per_process=[s.forward_ms for s in per_process],
-                                       **machine)}
+                                       **between("forward"))}
     if samples.backward_ms:
         phases["backward"] = PhaseStats.of(samples.backward_ms, tokens=work.tokens,
                                            flops=work.flops_bwd, nbytes=work.bytes_bwd,
                                            per_process=[s.backward_ms for s in per_process],
-                                           **machine)
+                                           **between("backward"))
         phases["total"] = PhaseStats.of(samples.total_ms, tokens=work.tokens,
                                         flops=work.flops_fwd + work.flops_bwd,
                                         nbytes=work.bytes_fwd + work.bytes_bwd,
                                         per_process=[s.total_ms for s in per_process],
-                                        **machine)
+                                        **between("total"))
     else:
         phases["backward"] = PhaseStats(not_applicable=no_backward_reason or "not timed")
     return phases

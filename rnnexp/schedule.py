@@ -25,11 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-import torch
-
-from rnnexp import drift, environment, isolation, job, stats, targets
-from rnnexp.device import device_name
-from rnnexp.drift import Drift
+from rnnexp import environment, isolation, job, stats, targets
+from rnnexp.drift import UNKNOWN, Drift
 from rnnexp.environment import Environment
 from rnnexp.measurer import Finished, Measurer, Ready, Round
 from rnnexp.profiling import ProfileInfo
@@ -40,12 +37,11 @@ from rnnexp.timing import Progress, Samples
 BY_COUNT = "iters"  # every process ran bench.iters samples
 BY_PRECISION = "precision"  # the interval met bench.precision
 BY_SPREAD = "spread"  # the spread between processes alone exceeds bench.precision
-BY_DRIFT = "drift"  # the machine's drift between runs alone exceeds bench.precision
+BY_DRIFT = "drift"  # the drift between runs (rnnexp.drift) alone exceeds bench.precision
 BY_BUDGET = "budget"  # bench.budget_s ran out
 # Rounds of a lone process with a fixed count: long enough that a round's request and its
 # young-generation collection cost nothing, short enough for a live progress bar.
 SOLO_ROUND_MS = 500.0
-UNKNOWN = Drift(None, 0, 0.0)
 
 
 class Share(Protocol):
@@ -71,7 +67,6 @@ class Measured:
     warmup_s: float = 0.0
     timed_s: float = 0.0
     environment: Optional[Environment] = None  # the machine around the timed samples
-    drift: Drift = UNKNOWN  # the machine's speed drift between runs (bench.drift)
     recompiled: str = ""  # what some process compiled while timed ("" if none did)
     profile: Optional[ProfileInfo] = None
 
@@ -141,10 +136,13 @@ def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
 def between(per_process: list[Samples], machine: Optional[Drift] = None) -> dict[str, float]:
     machine = machine or UNKNOWN
     return stats.between_processes([stats.median(s.total_ms) for s in per_process],
-                                   drift=machine.spread, drift_probes=machine.probes)
+                                   drift=machine.spread, drift_runs=machine.runs)
 
 
-def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
+def measure(planned: job.Plan, progress: Optional[Progress] = None,
+            machine: Drift = UNKNOWN) -> Measured:
+    """`machine`: the configuration's drift between its earlier runs, for the stopping
+    rule."""
     bench = planned.cfg.bench
     shares: list[Share] = []
     per_process: list[Samples] = []
@@ -168,11 +166,6 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
 
     # What other processes do is read over the set-up (build, verify, warm-up: up to right
     # before timing; waited for, or refused, as bench.quiet says) and over the timed samples.
-    # The machine's drift as its history knows it, for the stopping rule; probed (when due)
-    # once this job's processes are done, for the result.
-    where = (planned.device, device_name(planned.device, planned.plat),
-             bench.num_threads or torch.get_num_threads())
-    machine = drift.observe(*where, probe=False) if bench.drift else UNKNOWN
     set_up = environment.snapshot()
     try:
         add(bench.processes)
@@ -225,11 +218,7 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None) -> Measured:
     finally:
         for share in shares:
             share.close()
-    if bench.drift:
-        machine = drift.observe(*where)
-    env.drift, env.drift_probes, env.drift_hours = machine.spread, machine.probes, \
-        round(machine.hours, 2)
-    return Measured(environment=env, drift=machine, profile=finished[0].profile,
+    return Measured(environment=env, profile=finished[0].profile,
                     recompiled="; ".join(dict.fromkeys(f.recompiled for f in finished
                                                        if f.recompiled)),
                     ready=readies[0], per_process=per_process, backend=finished[0].backend,

@@ -94,8 +94,8 @@ class BenchConfig:
     # Place each result against its device's measured GEMM and copy peaks (rnnexp.roofline;
     # measured once per device, dtype and thread count, then read from a cache).
     roofline: bool = True
-    # Add this machine's speed drift between runs (rnnexp.drift: a ~0.1 s probe at most once a
-    # minute, its history in the cache) to the between-process interval.
+    # Add the configuration's drift between its runs on this machine (rnnexp.drift: its
+    # earlier runs' medians, kept in the cache) to the between-process interval.
     drift: bool = True
 
     # Fresh processes measuring the configuration, each with its own build and warm-up

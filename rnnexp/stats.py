@@ -94,19 +94,19 @@ def prediction_half_width(spread: float, processes: int,
         * float(np.sqrt(1 + 1 / processes))
 
 
-def drift_half_width(drift: Optional[float], probes: int,
+def drift_half_width(drift: Optional[float], runs: int,
                      confidence: float = CONFIDENCE) -> float:
-    """t(n−1, (1+confidence)/2) · √2 · d: how far apart, in logs, the levels of two runs can
-    be on a machine whose level moves between runs with relative spread d, estimated from n
-    probes (rnnexp.drift). √2: the first run and the rerun each drew a level. 0 when the
-    drift is unknown."""
-    if drift is None or not np.isfinite(drift) or probes < 2:
+    """t(n−1, (1+confidence)/2) · √2 · d: how far apart, in logs, the medians of two runs can
+    be when a configuration's median moves between runs with relative spread d, estimated
+    from n earlier runs (rnnexp.drift). √2: this run and the rerun each drew a level. 0 when
+    the drift is unknown."""
+    if drift is None or not np.isfinite(drift) or runs < 2:
         return 0.0
-    return t_quantile((1 + confidence) / 2, probes - 1) * float(np.sqrt(2)) * drift
+    return t_quantile((1 + confidence) / 2, runs - 1) * float(np.sqrt(2)) * drift
 
 
 def between_processes(process_medians_ms: Sequence[float], confidence: float = CONFIDENCE,
-                      drift: Optional[float] = None, drift_probes: int = 0
+                      drift: Optional[float] = None, drift_runs: int = 0
                       ) -> dict[str, float]:
     """Where the median of a new run in a fresh process is expected to fall: a prediction
     interval from the medians m_1..m_k of k independent processes (each with its own
@@ -116,9 +116,9 @@ def between_processes(process_medians_ms: Sequence[float], confidence: float = C
 
     Unlike a confidence interval of the median it does not shrink with more samples per
     process: the spread between processes (memory layout, thread placement, the host) is in
-    it. With the machine's drift between runs (`drift` from `drift_probes` probes), its
-    half-width (drift_half_width) is added in quadrature: the processes of one job share the
-    machine's level of those seconds, a rerun minutes later may not. center_ms is the
+    it. With the drift between runs (`drift` from `drift_runs` earlier runs), its half-width
+    (drift_half_width) is added in quadrature: the processes of one job share the machine's
+    state of those seconds, a rerun minutes later may not. center_ms is the
     geometric mean of the medians; spread is s (≈ their relative spread); drift_half the
     drift's part. NaN bounds below 3 processes (two medians say little about a third)."""
     m = np.asarray(process_medians_ms, dtype=np.float64)
@@ -127,7 +127,7 @@ def between_processes(process_medians_ms: Sequence[float], confidence: float = C
         raise ValueError("no process medians")
     logs = np.log(np.maximum(m, 1e-12))
     center = float(np.exp(logs.mean()))
-    drift_half = drift_half_width(drift, drift_probes, confidence)
+    drift_half = drift_half_width(drift, drift_runs, confidence)
     if k < 3:
         return {"center_ms": center, "low_ms": float("nan"), "high_ms": float("nan"),
                 "spread": float("nan"), "k": k, "drift_half": drift_half}

@@ -1,5 +1,6 @@
-"""The machine's drift between runs: probed into a history, estimated from it, and added to
-the between-process interval so that a rerun minutes later still lands inside it."""
+"""The drift between runs: each valid run's medians go into the configuration's history, the
+spread of its earlier runs is added to the between-process interval, so that a rerun minutes
+later still lands inside it."""
 
 import json
 
@@ -13,75 +14,97 @@ from rnnexp.schema import BenchConfig
 from rnnexp.timing import Samples
 
 CPU = torch.device("cpu")
+KEY = drift.measurement({"model": {"name": "x"}, "seed": 0, "sinks": ["json"],
+                         "bench": {"iters": 100, "backward": True}},
+                        "test cpu", 1, "2.x", "abc")
 
 
-def test_estimate_needs_enough_recent_probes_and_is_the_spread_of_their_logs():
+def test_the_measurement_ignores_how_long_it_was_measured_but_not_what():
+    base = {"model": {"name": "x"}, "shape": {"hidden_size": 64}, "resume": False,
+            "sinks": ["json"], "bench": {"iters": 100, "processes": 3, "precision": 0.02,
+                                         "verify": True, "backward": True, "block_ms": 1.0}}
+    rerun = {**base, "resume": True, "sinks": ["json", "mlflow"],
+             "bench": {**base["bench"], "iters": 20, "processes": 1, "precision": None,
+                       "verify": False}}
+    key = drift.measurement(base, "cpu", 2, "2.13", "abc")
+    assert drift.measurement(rerun, "cpu", 2, "2.13", "abc") == key
+    for other in ({**base, "shape": {"hidden_size": 128}},
+                  {**base, "bench": {**base["bench"], "backward": False}}):
+        assert drift.measurement(other, "cpu", 2, "2.13", "abc") != key
+    for args in (("cpu", 1, "2.13", "abc"), ("cpu", 2, "2.14", "abc"),
+                 ("cpu", 2, "2.13", "def"), ("gpu", 2, "2.13", "abc")):
+        assert drift.measurement(base, *args) != key
+
+
+def test_estimate_needs_enough_recent_runs_and_is_the_spread_of_their_logs():
     now = 1_000_000.0
-    probes = [{"at": now - 60 * i, "ms": ms} for i, ms in enumerate([2.0, 2.2, 1.8, 2.1])]
-    few = drift.estimate(probes, now)
-    assert not few.known and few.probes == 4
-    old = {"at": now - drift.WINDOW_S - 1, "ms": 50.0}  # a day old: left out
-    busy = {"at": now - 1, "ms": 56.0, "busy": "machine busy: ..."}  # measured the others
-    enough = drift.estimate([old, *probes, busy, {"at": now, "ms": 2.4}], now)
-    assert enough.probes == 5 and enough.hours == pytest.approx(3 / 60)
-    assert enough.spread == pytest.approx(np.std(np.log([2.0, 2.2, 1.8, 2.1, 2.4]), ddof=1))
+    runs = [{"at": now - 60 * i, "total": ms, "forward": ms / 2}
+            for i, ms in enumerate([2.0, 2.2])]
+    assert not drift.estimate(runs, now).known and drift.estimate(runs, now).runs == 2
+    old = {"at": now - drift.WINDOW_S - 1, "total": 50.0}  # a day old: left out
+    found = drift.estimate([old, *runs, {"at": now, "total": 1.8}], now)
+    assert found.runs == 3 and found.hours == pytest.approx(1 / 60)
+    assert found.spread == pytest.approx(np.std(np.log([2.0, 2.2, 1.8]), ddof=1))
+    assert "forward" not in found.spreads  # only two runs had a forward median
     assert not drift.estimate([], now).known
 
 
-def test_observe_probes_at_most_once_a_minute_into_a_history_per_device(roofline_cache):
+def test_runs_are_recorded_and_read_back_per_measurement(roofline_cache):
     t0 = 2_000_000.0
-    first = drift.observe(CPU, "test cpu", 1, now=t0)
-    assert first.probes == 1 and not first.known
-    assert drift.observe(CPU, "test cpu", 1, now=t0 + 30).probes == 1  # not due yet
-    assert drift.observe(CPU, "test cpu", 1, probe=False, now=t0 + 90).probes == 1
-    assert drift.observe(CPU, "test cpu", 1, now=t0 + 90).probes == 2
-    key = drift.roofline.Key.of(CPU, "test cpu", "float32", 1)
-    history = json.loads(drift.history_path(key).read_text())
-    assert [p["at"] for p in history["probes"]] == [t0, t0 + 90]
-    assert all(p["ms"] > 0 for p in history["probes"])
-    # Another thread count is another history; a corrupt file starts a new one.
-    assert drift.observe(CPU, "test cpu", 2, probe=False, now=t0).probes == 0
-    drift.history_path(key).write_text("{not json")
-    assert drift.observe(CPU, "test cpu", 1, now=t0 + 200).probes == 1
+    assert drift.earlier(KEY, now=t0) == drift.UNKNOWN
+    for i, ms in enumerate([10.0, 11.0, 9.0]):
+        drift.record(KEY, {"forward": ms / 2, "total": ms, "backward": None}, now=t0 + i)
+    found = drift.earlier(KEY, now=t0 + 10)
+    assert found.runs == 3 and found.spread == pytest.approx(np.std(np.log([10, 11, 9]),
+                                                                    ddof=1))
+    assert set(found.spreads) == {"forward", "total"}
+    other = {**KEY, "threads": 2}
+    assert drift.earlier(other, now=t0 + 10).runs == 0
+    history = json.loads(drift.history_path(KEY).read_text())
+    assert [r["total"] for r in history["runs"]] == [10.0, 11.0, 9.0]
+    drift.history_path(KEY).write_text("{not json")  # a corrupt history starts again
+    assert drift.earlier(KEY, now=t0 + 10).runs == 0
+    drift.record(KEY, {"total": 10.0}, now=t0 + 20)
+    assert drift.earlier(KEY, now=t0 + 30).runs == 1
 
 
-def test_an_unwritable_cache_leaves_the_drift_unknown(tmp_path, monkeypatch):
+def test_an_unwritable_cache_loses_only_the_record(tmp_path, monkeypatch):
     blocked = tmp_path / "file"
     blocked.write_text("")
     monkeypatch.setenv(drift.roofline.CACHE_ENV, str(blocked))  # a file where a folder goes
-    assert drift.observe(CPU, "test cpu", 1) == Drift(None, 0, 0.0)
+    drift.record(KEY, {"total": 1.0})
+    assert drift.earlier(KEY) == drift.UNKNOWN
 
 
 def simulated_run(rng, k, level_drift, between=0.02):
-    """Medians of k processes of one run: the machine's level of that run (moving between
-    runs by `level_drift`), each process its own spread around it."""
+    """Medians of k processes of one run: the run's level (moving between runs by
+    `level_drift`), each process its own spread around it."""
     level = 10.0 * np.exp(rng.normal(0.0, level_drift))
     return level * np.exp(rng.normal(0.0, between, k))
 
 
-def test_with_the_drift_a_rerun_at_another_machine_level_lands_inside_about_95_percent():
+def test_with_the_drift_a_rerun_at_another_level_lands_inside_about_95_percent():
     rng = np.random.default_rng(0)
-    level_drift, k, n = 0.08, 3, 30
+    level_drift, k, n = 0.08, 3, 20
     trials, inside, inside_without = 3000, 0, 0
     for _ in range(trials):
-        # The probes see the machine's level at n other times (with a little noise of their own).
-        probes = 2.0 * np.exp(rng.normal(0.0, level_drift, n) + rng.normal(0.0, 0.01, n))
-        spread = float(np.log(probes).std(ddof=1))
+        earlier = [np.exp(np.log(simulated_run(rng, k, level_drift)).mean()) for _ in range(n)]
+        spread = float(np.log(earlier).std(ddof=1))
         first = simulated_run(rng, k, level_drift)
         rerun = simulated_run(rng, 1, level_drift)[0]
-        with_drift = stats.between_processes(first, drift=spread, drift_probes=n)
+        with_drift = stats.between_processes(first, drift=spread, drift_runs=n)
         without = stats.between_processes(first)
         inside += with_drift["low_ms"] <= rerun <= with_drift["high_ms"]
         inside_without += without["low_ms"] <= rerun <= without["high_ms"]
-    assert 0.93 <= inside / trials <= 0.985
+    assert 0.93 <= inside / trials <= 0.99
     assert inside_without / trials < 0.6  # what the A/A bench saw before drift was in
 
 
 def test_drift_widens_the_interval_and_an_unknown_drift_leaves_it_alone():
     medians = [9.9, 10.0, 10.1]
     plain = stats.between_processes(medians)
-    assert stats.between_processes(medians, drift=None, drift_probes=0) == plain
-    wide = stats.between_processes(medians, drift=0.05, drift_probes=20)
+    assert stats.between_processes(medians, drift=None, drift_runs=0) == plain
+    wide = stats.between_processes(medians, drift=0.05, drift_runs=20)
     assert wide["drift_half"] == pytest.approx(stats.t_quantile(0.975, 19) * np.sqrt(2) * 0.05)
     half = np.log(wide["high_ms"] / wide["center_ms"])
     assert half == pytest.approx(np.hypot(np.log(plain["high_ms"] / plain["center_ms"]),
@@ -94,15 +117,16 @@ def adaptive(**kw):
                                  processes=3, max_processes=10), **kw})
 
 
-def test_adaptive_stops_on_drift_when_the_machine_alone_rules_the_target_out():
+def test_adaptive_stops_on_drift_when_the_reruns_alone_rule_the_target_out():
     close = [Samples(forward_ms=[level] * 20) for level in (9.99, 10.0, 10.01)]
     assert schedule.stop_reason(adaptive(), close, 0.1) == "precision"
-    assert schedule.stop_reason(adaptive(), close, 0.1, Drift(0.001, 30, 2.0)) == "precision"
-    assert schedule.stop_reason(adaptive(), close, 0.1, Drift(0.05, 30, 2.0)) == "drift"
-    assert schedule.stop_reason(adaptive(), close, 0.1, Drift(None, 3, 0.1)) == "precision"
+    calm, moving = Drift({"total": 0.001}, 30, 2.0), Drift({"total": 0.05}, 30, 2.0)
+    assert schedule.stop_reason(adaptive(), close, 0.1, calm) == "precision"
+    assert schedule.stop_reason(adaptive(), close, 0.1, moving) == "drift"
+    assert schedule.stop_reason(adaptive(), close, 0.1, Drift({}, 2, 0.1)) == "precision"
 
 
-def test_the_result_records_the_drift_its_interval_includes_and_a_drifting_machine_is_flagged():
+def test_the_result_records_the_drift_its_interval_includes_and_a_drift_is_flagged():
     from rnnexp.results import phase_stats
     from rnnexp.workload import Work
 
@@ -112,66 +136,45 @@ def test_the_result_records_the_drift_its_interval_includes_and_a_drifting_machi
         pooled.extend(s)
     work = Work(1.0, 1.0, 1.0, 1.0, 1)
     plain = phase_stats(pooled, work, per_process=per)["forward"]
-    drifting = phase_stats(pooled, work, per_process=per, drift=0.06, drift_probes=12)["forward"]
+    drifting = phase_stats(pooled, work, per_process=per, drift={"forward": 0.06},
+                           drift_runs=12)["forward"]
     assert plain.between_drift is None and drifting.between_drift == 0.06
     assert drifting.between_high_ms > plain.between_high_ms
     assert "between_drift" in drifting.metrics()
-    env = environment.Environment(cores=2, torch_threads=1, drift=0.06, drift_probes=12,
+    env = environment.Environment(cores=2, torch_threads=1, drift=0.06, drift_runs=12,
                                   drift_hours=3.0)
     environment.assess(env, {}, CPU)
     assert env.flags == [environment.DRIFTING] and "±6%" in env.warning_line()
-    calm = environment.Environment(cores=2, torch_threads=1, drift=0.01, drift_probes=12)
+    calm = environment.Environment(cores=2, torch_threads=1, drift=0.01, drift_runs=12)
     environment.assess(calm, {}, CPU)
     assert calm.flags == []
     # Older results.json files (no drift fields) still load.
     assert environment.Environment.from_json({"cores": 2}).drift is None
 
 
-def test_a_job_probes_after_its_processes_and_records_the_drift_or_leaves_it_out(capsys):
+def test_jobs_join_their_history_and_a_later_run_includes_its_drift(roofline_cache):
     from rnnexp import job, schema
     from rnnexp.config_check import check
 
     schema.register()
-    base = ["model=lstm", "backend=aten", "device=cpu", "shape=small", "bench=quick"]
+    base = ["model=lstm", "backend=aten", "device=cpu", "shape=small", "bench=quick",
+            "bench.num_threads=1", "seed=7"]
 
     def run(*overrides):
         (cfg,) = check([*base, *overrides], multirun=False)
         return job.execute(job.plan(cfg, {"model": "lstm", "backend": "aten"},
                                     list(overrides)))
 
-    key = drift.roofline.Key.of(CPU, run().device_name, "float32", 1)
-    probed = run("bench.num_threads=1")
-    assert probed.environment.drift_probes >= 1
-    assert drift._load(drift.history_path(key), key)  # the probe went into the history
-    off = run("bench.num_threads=1", "bench.drift=false")
-    assert off.environment.drift is None and off.environment.drift_probes == 0
-
-
-def test_the_command_prints_the_drift_and_refuses_bad_input_in_one_line(capsys):
-    assert drift.main(["--threads", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "drift " in out and "latest probe" in out and "history:" in out
-    for bad, field in ((["--threads", "0"], "--threads"), (["--watch", "-1"], "--watch"),
-                       (["--device", "tpu"], "--device")):
-        with pytest.raises(SystemExit) as exit_info:
-            drift.main(bad)
-        assert exit_info.value.code == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"error: {field}")
-
-
-def test_a_probe_beside_a_cpu_hog_is_kept_as_busy_and_left_out(tmp_path):
-    import subprocess
-    import sys
-
-    from tests.test_environment import cpu_hogs
-
-    env = {**__import__("os").environ, drift.roofline.CACHE_ENV: str(tmp_path)}
-    with cpu_hogs():  # siblings of the probing process, not its children
-        proc = subprocess.run([sys.executable, "-m", "rnnexp.drift", "--threads", "1"],
-                              capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "left out: machine busy" in proc.stdout and "0 of 5 probes" in proc.stdout
-    (path,) = (tmp_path / "drift").glob("*.json")
-    (entry,) = json.loads(path.read_text())["probes"]
-    assert entry["busy"].startswith("machine busy")
+    assert run("bench.drift=false").environment.drift_runs == 0
+    first = run()
+    assert first.environment.drift_runs == 0  # bench.drift=false left no record
+    earlier = [first, *(run("bench.iters=5") for _ in range(3))]  # reruns: measured longer
+    # Runs on a machine flagged busy stay out of the history.
+    kept = sum(environment.BUSY not in r.environment.flags for r in earlier)
+    later = run("bench.processes=3")
+    assert later.environment.drift_runs == kept
+    if kept >= drift.MIN_RUNS:
+        assert later.environment.drift is not None
+        assert later.phases["total"].between_drift == pytest.approx(later.environment.drift)
+    # What is measured differs: another history.
+    assert run("seed=8").environment.drift_runs == 0

@@ -124,8 +124,8 @@ def environment_metrics(result: Result) -> dict[str, float]:
     if env is None:
         return {}
     metrics = {"env_waited_s": float(env.waited_s)}
-    if env.drift is not None:  # the machine's speed drift between runs (rnnexp.drift)
-        metrics.update(env_drift=float(env.drift), env_drift_probes=float(env.drift_probes))
+    if env.drift is not None:  # the median's drift between runs (rnnexp.drift)
+        metrics.update(env_drift=float(env.drift), env_drift_runs=float(env.drift_runs))
     for when, seen in (("before", env.before), ("after", env.after)):
         if seen is not None:
             metrics[f"env_other_cores_{when}"] = float(seen.other_cores)
