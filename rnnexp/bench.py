@@ -40,7 +40,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from rnnexp import config_check, job, schema, stats
+from rnnexp import config_check, job, roofline, schema, stats
 from rnnexp.results import Result
 from rnnexp.timing import PerfCounterClock, Timer, block_for
 
@@ -248,45 +248,60 @@ def fidelity(rounds: int) -> None:
     console.print(table)
 
 
-def aa(trials: int, reruns: int, overrides: Sequence[str]) -> tuple[int, int]:
+def aa(trials: int, reruns: int, overrides: Sequence[str]) -> None:
     """A/A: measure with bench=adaptive, then rerun in fresh single processes; count the
-    reruns whose fwd+bwd median lands inside the first run's between-process interval — and,
-    side by side, inside the interval the same process medians give without the drift between
-    earlier runs (rnnexp.drift)."""
-    inside = inside_within = total = 0
+    reruns whose fwd+bwd median lands inside the first run's between-process interval —
+    apart for first runs that knew the configuration's drift between runs (rnnexp.drift) and
+    those that did not yet, and side by side with the interval the same process medians give
+    without the drift. The history starts empty (a cache of its own), so the first trial
+    shows a configuration's first run and the later ones what its earlier runs teach."""
+    counts = {True: [0, 0, 0], False: [0, 0, 0]}  # drift known → inside, inside without, all
     widths, drifts = [], []
-    for _ in range(trials):
-        first: Result = job.execute(planned([*overrides, "bench=adaptive"]))
-        t = first.phase("total")
-        within = stats.between_processes(t.process_medians_ms) \
-            if len(t.process_medians_ms) > 1 else None
-        widths.append((t.between_high_ms - t.between_low_ms) / 2 / t.median_ms
-                      if t.between_low_ms is not None else float("nan"))
-        env = first.environment
-        drifts.append(f"±{100 * env.drift:.1f}% from {env.drift_runs} runs"
-                      if env is not None and env.drift is not None else
-                      f"unknown ({env.drift_runs if env else 0} runs)")
-        for _ in range(reruns):
-            again = job.execute(planned([*overrides, "bench=adaptive", "bench.processes=1",
-                                         "bench.max_processes=1", "bench.precision=null",
-                                         "bench.iters=20", "bench.verify=false"]))
-            median = again.phase("total").median_ms
-            total += 1
-            if t.between_low_ms is not None and t.between_low_ms <= median <= t.between_high_ms:
-                inside += 1
-            if within is not None and within["low_ms"] <= median <= within["high_ms"]:
-                inside_within += 1
-    table = Table(title=f"A/A coverage of the between-process interval ({load()})")
-    for col in ("configuration", "trials × reruns", "inside", "coverage",
-                "claimed ± (median)", "without drift: inside", "drift (first runs)"):
+    previous = os.environ.get(roofline.CACHE_ENV)
+    with tempfile.TemporaryDirectory(prefix="rnnexp-aa-") as cache:
+        os.environ[roofline.CACHE_ENV] = cache
+        try:
+            for _ in range(trials):
+                first: Result = job.execute(planned([*overrides, "bench=adaptive"]))
+                t, env = first.phase("total"), first.environment
+                known = env.drift is not None
+                within = stats.between_processes(t.process_medians_ms)
+                if known:
+                    widths.append((t.between_high_ms - t.between_low_ms) / 2 / t.median_ms)
+                    drifts.append(f"±{100 * env.drift:.1f}% ({env.drift_runs} runs)")
+                for _ in range(reruns):
+                    again = job.execute(planned([
+                        *overrides, "bench=adaptive", "bench.processes=1",
+                        "bench.max_processes=1", "bench.precision=null", "bench.iters=20",
+                        "bench.verify=false"]))
+                    median = again.phase("total").median_ms
+                    tally = counts[known]
+                    tally[0] += t.between_low_ms <= median <= t.between_high_ms
+                    tally[1] += within["low_ms"] <= median <= within["high_ms"]
+                    tally[2] += 1
+        finally:
+            if previous is None:
+                os.environ.pop(roofline.CACHE_ENV, None)
+            else:
+                os.environ[roofline.CACHE_ENV] = previous
+    table = Table(title=f"A/A coverage of the between-process interval: "
+                        f"{' '.join(overrides)} ({load()})")
+    for col in ("first runs", "inside", "without drift: inside",
+                "claimed ± (median)", "drift (first … last)"):
         table.add_column(col, justify="right")
-    table.add_row(" ".join(overrides), f"{trials} × {reruns}", f"{inside}/{total}",
-                  f"{100 * inside / max(total, 1):.0f}%",
-                  f"±{100 * float(np.nanmedian(widths)):.1f}%",
-                  f"{inside_within}/{total} ({100 * inside_within / max(total, 1):.0f}%)",
-                  f"{drifts[0]} … {drifts[-1]}" if len(drifts) > 1 else drifts[0])
+
+    def share(n: int, of: int) -> str:
+        return f"{n}/{of} ({100 * n / of:.0f}%)" if of else "—"
+
+    for known, (inside, without, total) in counts.items():
+        if not total:
+            continue
+        table.add_row(f"{total // reruns} × {reruns} reruns, drift "
+                      + ("known" if known else "not yet known"),
+                      share(inside, total), share(without, total),
+                      f"±{100 * float(np.median(widths)):.1f}%" if known and widths else "—",
+                      f"{drifts[0]} … {drifts[-1]}" if known and drifts else "—")
     console.print(table)
-    return inside, total
 
 
 def main(argv: list[str] | None = None) -> None:
