@@ -8,6 +8,9 @@ to measure: iteration counts, processes, precision, verification, sinks, ...), d
 count, torch version and code version (git commit). The drift of a phase is the standard
 deviation of the logarithms of the earlier runs' medians of the last day (≈ their relative
 spread), known from `MIN_RUNS` runs on; stats.between_processes adds it to the interval.
+A configuration without that many runs yet borrows the drift of the others measured on this
+device, thread count and torch version (their variances pooled, weighted by degrees of
+freedom): how much reruns move here, if not how much this one's do.
 
 Why the configuration's own runs and not a probe of the machine: a fixed probe (an LSTM cell
 step timed once a minute) varied by 2.4–3.2 ms over minutes in which the fastrnns-shape `jit`
@@ -17,6 +20,7 @@ the same machine differently; only reruns of the workload show its drift.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -45,8 +49,9 @@ class Drift:
     """A configuration's run-to-run drift on this machine, as its earlier runs show it."""
 
     spreads: Mapping[str, float] = field(default_factory=dict)  # phase → std of log medians
-    runs: int = 0  # earlier runs in the window
+    runs: int = 0  # earlier runs in the window (pooled: degrees of freedom + 1)
     hours: float = 0.0  # from the oldest of them to now
+    source: str = ""  # "own", "pooled from N configurations", "" (unknown)
 
     @property
     def known(self) -> bool:
@@ -101,8 +106,53 @@ def estimate(runs: Sequence[Mapping[str, Any]], now: float) -> Drift:
 
 
 def earlier(key: Mapping[str, Any], now: Optional[float] = None) -> Drift:
-    """The drift of this measurement from its earlier runs (UNKNOWN when it has too few)."""
-    return estimate(_load(history_path(key), key), time.time() if now is None else now)
+    """The drift of this measurement from its earlier runs; with too few of them, the pooled
+    drift of the other measurements here (`pooled`); UNKNOWN when there is neither."""
+    now = time.time() if now is None else now
+    own = estimate(_load(history_path(key), key), now)
+    if own.known:
+        return dataclasses.replace(own, source="own")
+    return pooled(key, now) or dataclasses.replace(own, source="")
+
+
+# Same device, thread count and torch version: histories a configuration may borrow from.
+MACHINE = ("device_name", "threads", "torch")
+_POOLED: dict[tuple, tuple[float, Optional[Drift]]] = {}  # per process, for a minute
+
+
+def pooled(key: Mapping[str, Any], now: float) -> Optional[Drift]:
+    """The fwd+bwd (else forward) drift of the other measurements on this machine, their
+    variances pooled by degrees of freedom, Σ(nᵢ−1)sᵢ² / Σ(nᵢ−1), applied to every phase;
+    None when none has enough runs. Read once a minute per process (a sweep's first runs
+    would each read every history)."""
+    machine = tuple(key.get(f) for f in MACHINE)
+    cached = _POOLED.get(machine)
+    if cached is not None and now - cached[0] < 60:
+        return cached[1]
+    weighted = df = configurations = 0
+    oldest = 0.0
+    for path in history_path(key).parent.glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+            other = data["key"]
+            if tuple(other.get(f) for f in MACHINE) != machine:
+                continue
+            found = estimate(data["runs"], now)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            continue
+        if found.spread is not None:
+            weighted += (found.runs - 1) * found.spread ** 2
+            df += found.runs - 1
+            configurations += 1
+            oldest = max(oldest, found.hours)
+    result = None
+    if df:
+        spread = float(np.sqrt(weighted / df))
+        result = Drift({phase: spread for phase in PHASES}, df + 1, oldest,
+                       f"pooled from {configurations} configuration"
+                       + ("s" if configurations > 1 else ""))
+    _POOLED[machine] = (now, result)
+    return result
 
 
 def record(key: Mapping[str, Any], medians: Mapping[str, Optional[float]],
@@ -122,9 +172,3 @@ def record(key: Mapping[str, Any], medians: Mapping[str, Optional[float]],
         pass
 
 
-def describe(drift: Drift) -> str:
-    """e.g. "±3.1% (1σ) over 24 earlier runs in 5.2 h"."""
-    if not drift.known:
-        return f"unknown ({drift.runs} of {MIN_RUNS} earlier runs)"
-    return f"±{100 * drift.spread:.1f}% (1σ) over {drift.runs} earlier runs in " \
-           f"{drift.hours:.1f} h"

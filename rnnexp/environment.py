@@ -82,10 +82,12 @@ class Environment:
     quiet: str = ""  # the bench.quiet policy in force
     waited_s: float = 0.0  # time spent waiting for a quiet machine
     # How much this configuration's median moved between its earlier runs here (rnnexp.drift):
-    # 1σ of their log fwd+bwd medians (None: not known), how many runs, over how many hours.
+    # 1σ of their log fwd+bwd medians (None: not known), how many runs, over how many hours,
+    # and whose runs: "own", or "pooled from N configurations" measured here.
     drift: Optional[float] = None
     drift_runs: int = 0
     drift_hours: float = 0.0
+    drift_from: str = ""
     flags: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # why each flag was raised
 
@@ -327,9 +329,11 @@ def assess(env: Environment, spreads: Mapping[str, float], device: torch.device)
             f"{p} IQR {100 * s:.0f}% of median" for p, s in high.items())
                  + f" (torch.utils.benchmark warns above {100 * IQR_WARN:.0f}%)")
     if env.drift is not None and env.drift > DRIFT_WARN:
-        env.flag(DRIFTING, f"this configuration's median moved ±{100 * env.drift:.0f}% (1σ) "
-                           f"over its {env.drift_runs} earlier runs in {env.drift_hours:.1f} h "
-                           "here: the between-run interval includes it")
+        whose = "this configuration's" if env.drift_from == "own" else \
+            f"other configurations' ({env.drift_from})"
+        env.flag(DRIFTING, f"medians move ±{100 * env.drift:.0f}% (1σ) between runs here "
+                           f"({whose} {env.drift_runs} runs in {env.drift_hours:.1f} h): the "
+                           "between-run interval includes it")
     slow = [r for r in env.gpu.get("throttle_reasons", ()) if r in SLOWDOWNS]
     if slow:
         env.flag(GPU_THROTTLED, f"GPU clocks throttled ({', '.join(slow)})")

@@ -92,8 +92,8 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
     phases = phase_stats(m.pooled(), ready.work, ready.no_backward_reason,
                          per_process=m.per_process, drift=machine.spreads,
                          drift_runs=machine.runs)
-    env.drift, env.drift_runs, env.drift_hours = machine.spread, machine.runs, \
-        round(machine.hours, 2)
+    env.drift, env.drift_runs, env.drift_hours, env.drift_from = \
+        machine.spread, machine.runs, round(machine.hours, 2), machine.source
     environment.assess(env, environment.spreads_of(phases), p.device)
     if not verification.ok:
         status, reason = INVALID, f"verification failed: {verification.detail}"

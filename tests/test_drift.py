@@ -142,7 +142,7 @@ def test_the_result_records_the_drift_its_interval_includes_and_a_drift_is_flagg
     assert drifting.between_high_ms > plain.between_high_ms
     assert "between_drift" in drifting.metrics()
     env = environment.Environment(cores=2, torch_threads=1, drift=0.06, drift_runs=12,
-                                  drift_hours=3.0)
+                                  drift_hours=3.0, drift_from="own")
     environment.assess(env, {}, CPU)
     assert env.flags == [environment.DRIFTING] and "±6%" in env.warning_line()
     calm = environment.Environment(cores=2, torch_threads=1, drift=0.01, drift_runs=12)
@@ -165,16 +165,47 @@ def test_jobs_join_their_history_and_a_later_run_includes_its_drift(roofline_cac
         return job.execute(job.plan(cfg, {"model": "lstm", "backend": "aten"},
                                     list(overrides)))
 
-    assert run("bench.drift=false").environment.drift_runs == 0
+    off = run("bench.drift=false").environment
+    assert off.drift is None and off.drift_runs == 0 and off.drift_from == ""
     first = run()
-    assert first.environment.drift_runs == 0  # bench.drift=false left no record
+    assert first.environment.drift_from != "own"  # bench.drift=false left no record
     earlier = [first, *(run("bench.iters=5") for _ in range(3))]  # reruns: measured longer
     # Runs on a machine flagged busy stay out of the history.
     kept = sum(environment.BUSY not in r.environment.flags for r in earlier)
     later = run("bench.processes=3")
-    assert later.environment.drift_runs == kept
     if kept >= drift.MIN_RUNS:
-        assert later.environment.drift is not None
+        assert later.environment.drift_runs == kept and later.environment.drift is not None
         assert later.phases["total"].between_drift == pytest.approx(later.environment.drift)
-    # What is measured differs: another history.
-    assert run("seed=8").environment.drift_runs == 0
+    # What is measured differs: another history, which borrows from the others here.
+    drift._POOLED.clear()
+    other = run("seed=8").environment
+    assert other.drift_from.startswith("pooled" if kept >= drift.MIN_RUNS else "")
+    if kept >= drift.MIN_RUNS:
+        assert later.environment.drift_from == "own" and other.drift_runs >= kept
+
+
+def test_a_configuration_without_runs_borrows_the_pooled_drift_of_the_others_here(
+        roofline_cache):
+    now = 3_000_000.0
+    drift._POOLED.clear()
+    machine = {"device_name": "pool cpu", "threads": 3, "torch": "2.x"}
+    keys = [{**machine, "config": {"seed": i}, "commit": "c"} for i in range(3)]
+    for key, levels in zip(keys, ([10.0, 11.0, 9.0], [5.0, 5.1, 4.9, 5.0], [7.0, 7.0]),
+                           strict=True):
+        for i, ms in enumerate(levels):
+            drift.record(key, {"total": ms}, now=now + i)
+    elsewhere = {**keys[0], "threads": 4}  # another thread count: not pooled
+    for i, ms in enumerate([1.0, 2.0, 4.0]):
+        drift.record(elsewhere, {"total": ms}, now=now + i)
+    own = drift.earlier(keys[0], now=now + 10)
+    assert own.source == "own" and own.runs == 3
+    new = {**machine, "config": {"seed": 99}, "commit": "c"}
+    borrowed = drift.earlier(new, now=now + 10)
+    s1, s2 = np.log([10, 11, 9]).std(ddof=1), np.log([5, 5.1, 4.9, 5]).std(ddof=1)
+    assert borrowed.spread == pytest.approx(np.sqrt((2 * s1 ** 2 + 3 * s2 ** 2) / 5))
+    assert borrowed.runs == 6 and borrowed.source == "pooled from 2 configurations"
+    assert set(borrowed.spreads) == set(drift.PHASES)
+    drift._POOLED.clear()
+    lonely = {"device_name": "other cpu", "threads": 3, "torch": "2.x", "config": {},
+              "commit": "c"}
+    assert drift.earlier(lonely, now=now + 10) == drift.UNKNOWN
