@@ -112,3 +112,23 @@ def test_results_without_an_environment_record_still_load(tmp_path):
     r.environment = Environment(cores=2, before=Look((1.0, 2.0, 3.0), 1.5, ["x[1] 90%"]),
                                 flags=[BUSY], warnings=["machine busy"])
     assert Result.load(r.save(tmp_path)).environment == r.environment
+
+
+def test_a_short_look_extends_back_to_the_last_one_instead_of_sleeping(monkeypatch):
+    import dataclasses
+
+    from rnnexp import environment
+
+    environment.look_since(environment.snapshot())  # a first look: long enough by itself
+    previous = environment.last_look()
+    assert previous is not None and environment.last_look(max_age_s=-1) is None
+    slept = []
+    monkeypatch.setattr(environment.time, "sleep", slept.append)
+    # As in a sweep: the previous job's last look ended a while ago (its sinks, the next
+    # job's plan); the CPU times it read are what they were.
+    a_while_ago = dataclasses.replace(previous, at=previous.at - 1.0)
+    seen = environment.look_since(environment.snapshot(), earlier=a_while_ago)
+    assert slept == [] and seen.load_avg  # the window began at the previous look
+    environment.look_since(environment.snapshot())  # nothing earlier: it waits its window
+    assert len(slept) == 1 and 0 < slept[0] <= environment.MIN_LOOK_S
+    assert environment.last_look() is not previous
