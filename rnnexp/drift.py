@@ -5,9 +5,10 @@ Every valid run (status ok, machine not flagged busy) appends its phase medians 
 in the cache, next to the roofline's (`drift/` under `$RNNEXP_CACHE_DIR`), keyed by what makes
 two runs the same measurement: the configuration (less the options that only decide how long
 to measure: iteration counts, processes, precision, verification, sinks, ...), device, thread
-count, torch version and code version (git commit). The drift of a phase is the standard
-deviation of the logarithms of the earlier runs' medians of the last day (≈ their relative
-spread), known from `MIN_RUNS` runs on; stats.between_processes adds it to the interval.
+count, torch version and code version (git commit). The drift of a phase is the spread of
+the logarithms of the earlier runs' medians of the last day (≈ relative; σ from their median
+absolute deviation, so one run hit by a burst does not widen every later interval), known
+from `MIN_RUNS` runs on; stats.between_processes adds it to the interval.
 A configuration without that many runs yet borrows the drift of the others measured on this
 device, thread count and torch version (their variances pooled, weighted by degrees of
 freedom): how much reruns move here, if not how much this one's do.
@@ -36,7 +37,8 @@ from rnnexp import roofline
 
 WINDOW_S = 24 * 3600.0  # runs older than a day say little about today
 MAX_RUNS = 100  # kept in a history
-MIN_RUNS = 3  # fewer earlier runs than this: drift unknown
+MIN_RUNS = 5  # fewer earlier runs than this: drift unknown (a MAD of fewer says little)
+MAD_TO_SIGMA = 1.4826  # a normal distribution's σ per median absolute deviation
 PHASES = ("forward", "backward", "total")
 # Options that decide how long or how a configuration is measured, not what: runs that
 # differ only in these are reruns of one measurement.
@@ -101,8 +103,15 @@ def estimate(runs: Sequence[Mapping[str, Any]], now: float) -> Drift:
         medians = [r[phase] for r in recent if isinstance(r.get(phase), (int, float))
                    and r[phase] > 0]
         if len(medians) >= MIN_RUNS:
-            spreads[phase] = float(np.log(medians).std(ddof=1))
+            spreads[phase] = robust_spread(np.log(medians))
     return Drift(spreads, len(recent), hours)
+
+
+def robust_spread(logs: np.ndarray) -> float:
+    """σ from the median absolute deviation: one rerun hit by a burst of other work on the
+    host (10 ms against 5.2) must not widen every later interval (the standard deviation of
+    42 runs with a few such made a claim of ±59% where most reruns moved ±3%)."""
+    return MAD_TO_SIGMA * float(np.median(np.abs(logs - np.median(logs))))
 
 
 def earlier(key: Mapping[str, Any], now: Optional[float] = None) -> Drift:

@@ -36,32 +36,41 @@ def test_the_measurement_ignores_how_long_it_was_measured_but_not_what():
         assert drift.measurement(base, *args) != key
 
 
-def test_estimate_needs_enough_recent_runs_and_is_the_spread_of_their_logs():
+def mad_sigma(values):
+    logs = np.log(values)
+    return 1.4826 * np.median(np.abs(logs - np.median(logs)))
+
+
+def test_estimate_needs_enough_recent_runs_and_is_a_robust_spread_of_their_logs():
     now = 1_000_000.0
-    runs = [{"at": now - 60 * i, "total": ms, "forward": ms / 2}
-            for i, ms in enumerate([2.0, 2.2])]
-    assert not drift.estimate(runs, now).known and drift.estimate(runs, now).runs == 2
+    levels = [2.0, 2.2, 1.8, 2.1]
+    runs = [{"at": now - 60 * i, "total": ms, "forward": ms / 2} for i, ms in enumerate(levels)]
+    assert not drift.estimate(runs, now).known and drift.estimate(runs, now).runs == 4
     old = {"at": now - drift.WINDOW_S - 1, "total": 50.0}  # a day old: left out
-    found = drift.estimate([old, *runs, {"at": now, "total": 1.8}], now)
-    assert found.runs == 3 and found.hours == pytest.approx(1 / 60)
-    assert found.spread == pytest.approx(np.std(np.log([2.0, 2.2, 1.8]), ddof=1))
-    assert "forward" not in found.spreads  # only two runs had a forward median
+    found = drift.estimate([old, *runs, {"at": now, "total": 1.9}], now)
+    assert found.runs == 5 and found.hours == pytest.approx(3 / 60)
+    assert found.spread == pytest.approx(mad_sigma([*levels, 1.9]))
+    assert "forward" not in found.spreads  # only four runs had a forward median
+    # One rerun hit by a burst moves the standard deviation, hardly the robust spread.
+    burst = drift.estimate([*runs, {"at": now, "total": 1.9}, {"at": now, "total": 4.0}], now)
+    assert burst.spread < 1.5 * found.spread
+    assert np.log([*levels, 1.9, 4.0]).std(ddof=1) > 3 * found.spread
     assert not drift.estimate([], now).known
 
 
 def test_runs_are_recorded_and_read_back_per_measurement(roofline_cache):
     t0 = 2_000_000.0
     assert drift.earlier(KEY, now=t0) == drift.UNKNOWN
-    for i, ms in enumerate([10.0, 11.0, 9.0]):
+    levels = [10.0, 11.0, 9.0, 10.5, 9.5]
+    for i, ms in enumerate(levels):
         drift.record(KEY, {"forward": ms / 2, "total": ms, "backward": None}, now=t0 + i)
     found = drift.earlier(KEY, now=t0 + 10)
-    assert found.runs == 3 and found.spread == pytest.approx(np.std(np.log([10, 11, 9]),
-                                                                    ddof=1))
-    assert set(found.spreads) == {"forward", "total"}
+    assert found.runs == 5 and found.spread == pytest.approx(mad_sigma(levels))
+    assert found.source == "own" and set(found.spreads) == {"forward", "total"}
     other = {**KEY, "threads": 2}
     assert drift.earlier(other, now=t0 + 10).runs == 0
     history = json.loads(drift.history_path(KEY).read_text())
-    assert [r["total"] for r in history["runs"]] == [10.0, 11.0, 9.0]
+    assert [r["total"] for r in history["runs"]] == levels
     drift.history_path(KEY).write_text("{not json")  # a corrupt history starts again
     assert drift.earlier(KEY, now=t0 + 10).runs == 0
     drift.record(KEY, {"total": 10.0}, now=t0 + 20)
@@ -169,7 +178,7 @@ def test_jobs_join_their_history_and_a_later_run_includes_its_drift(roofline_cac
     assert off.drift is None and off.drift_runs == 0 and off.drift_from == ""
     first = run()
     assert first.environment.drift_from != "own"  # bench.drift=false left no record
-    earlier = [first, *(run("bench.iters=5") for _ in range(3))]  # reruns: measured longer
+    earlier = [first, *(run("bench.iters=5") for _ in range(5))]  # reruns: measured longer
     # Runs on a machine flagged busy stay out of the history.
     kept = sum(environment.BUSY not in r.environment.flags for r in earlier)
     later = run("bench.processes=3")
@@ -190,20 +199,20 @@ def test_a_configuration_without_runs_borrows_the_pooled_drift_of_the_others_her
     drift._POOLED.clear()
     machine = {"device_name": "pool cpu", "threads": 3, "torch": "2.x"}
     keys = [{**machine, "config": {"seed": i}, "commit": "c"} for i in range(3)]
-    for key, levels in zip(keys, ([10.0, 11.0, 9.0], [5.0, 5.1, 4.9, 5.0], [7.0, 7.0]),
-                           strict=True):
+    first, second = [10.0, 11.0, 9.0, 10.5, 9.5], [5.0, 5.1, 4.9, 5.0, 5.2, 4.8]
+    for key, levels in zip(keys, (first, second, [7.0, 7.0]), strict=True):
         for i, ms in enumerate(levels):
             drift.record(key, {"total": ms}, now=now + i)
     elsewhere = {**keys[0], "threads": 4}  # another thread count: not pooled
-    for i, ms in enumerate([1.0, 2.0, 4.0]):
+    for i, ms in enumerate([1.0, 2.0, 4.0, 8.0, 16.0]):
         drift.record(elsewhere, {"total": ms}, now=now + i)
     own = drift.earlier(keys[0], now=now + 10)
-    assert own.source == "own" and own.runs == 3
+    assert own.source == "own" and own.runs == 5
     new = {**machine, "config": {"seed": 99}, "commit": "c"}
     borrowed = drift.earlier(new, now=now + 10)
-    s1, s2 = np.log([10, 11, 9]).std(ddof=1), np.log([5, 5.1, 4.9, 5]).std(ddof=1)
-    assert borrowed.spread == pytest.approx(np.sqrt((2 * s1 ** 2 + 3 * s2 ** 2) / 5))
-    assert borrowed.runs == 6 and borrowed.source == "pooled from 2 configurations"
+    s1, s2 = mad_sigma(first), mad_sigma(second)
+    assert borrowed.spread == pytest.approx(np.sqrt((4 * s1 ** 2 + 5 * s2 ** 2) / 9))
+    assert borrowed.runs == 10 and borrowed.source == "pooled from 2 configurations"
     assert set(borrowed.spreads) == set(drift.PHASES)
     drift._POOLED.clear()
     lonely = {"device_name": "other cpu", "threads": 3, "torch": "2.x", "config": {},
