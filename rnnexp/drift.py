@@ -50,7 +50,7 @@ BENCH_MEASURED = ("backward", "num_threads", "block_ms")
 class Drift:
     """A configuration's run-to-run drift on this machine, as its earlier runs show it."""
 
-    spreads: Mapping[str, float] = field(default_factory=dict)  # phase → std of log medians
+    spreads: Mapping[str, float] = field(default_factory=dict)  # phase → σ of log medians
     runs: int = 0  # earlier runs in the window (pooled: degrees of freedom + 1)
     hours: float = 0.0  # from the oldest of them to now
     source: str = ""  # "own", "pooled from N configurations", "" (unknown)

@@ -85,15 +85,15 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
     runs_key = drift.measurement(plain_config(cfg), device_name(p.device, p.plat),
                                  cfg.bench.num_threads or torch.get_num_threads(),
                                  p.plat.torch_version, platform_mod.git_commit())
-    machine = drift.earlier(runs_key) if cfg.bench.drift else drift.UNKNOWN
-    m = schedule.measure(p, progress, machine)
+    runs_drift = drift.earlier(runs_key) if cfg.bench.drift else drift.UNKNOWN
+    m = schedule.measure(p, progress, runs_drift)
     ready, env = m.ready, m.environment
     verification = ready.verification or Verification("skipped", detail="not verified")
     phases = phase_stats(m.pooled(), ready.work, ready.no_backward_reason,
-                         per_process=m.per_process, drift=machine.spreads,
-                         drift_runs=machine.runs)
+                         per_process=m.per_process, drift=runs_drift.spreads,
+                         drift_runs=runs_drift.runs)
     env.drift, env.drift_runs, env.drift_hours, env.drift_from = \
-        machine.spread, machine.runs, round(machine.hours, 2), machine.source
+        runs_drift.spread, runs_drift.runs, round(runs_drift.hours, 2), runs_drift.source
     environment.assess(env, environment.spreads_of(phases), p.device)
     if not verification.ok:
         status, reason = INVALID, f"verification failed: {verification.detail}"

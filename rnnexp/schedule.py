@@ -106,7 +106,7 @@ def _start(planned: job.Plan, index: int) -> Share:
 
 
 def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float,
-                machine: Optional[Drift] = None) -> Optional[str]:
+                runs_drift: Optional[Drift] = None) -> Optional[str]:
     """Whether to stop after a round, and why (None: go on)."""
     counts = [len(s.forward_ms) for s in per_process]
     k = len(per_process)
@@ -116,7 +116,7 @@ def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
             if stats.precise_enough(per_process[0].total_ms, bench.precision):
                 return BY_PRECISION
         else:
-            interval = between(per_process, machine)
+            interval = between(per_process, runs_drift)
             if stats.relative_half_width(interval) <= bench.precision:
                 return BY_PRECISION
             if interval["drift_half"] > bench.precision:  # no measuring here narrows that
@@ -133,15 +133,15 @@ def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
     return None
 
 
-def between(per_process: list[Samples], machine: Optional[Drift] = None) -> dict[str, float]:
-    machine = machine or UNKNOWN
+def between(per_process: list[Samples], runs_drift: Optional[Drift] = None) -> dict[str, float]:
+    runs_drift = runs_drift or UNKNOWN
     return stats.between_processes([stats.median(s.total_ms) for s in per_process],
-                                   drift=machine.spread, drift_runs=machine.runs)
+                                   drift=runs_drift.spread, drift_runs=runs_drift.runs)
 
 
 def measure(planned: job.Plan, progress: Optional[Progress] = None,
-            machine: Drift = UNKNOWN) -> Measured:
-    """`machine`: the configuration's drift between its earlier runs, for the stopping
+            runs_drift: Drift = UNKNOWN) -> Measured:
+    """`runs_drift`: the configuration's drift between its earlier runs, for the stopping
     rule."""
     bench = planned.cfg.bench
     shares: list[Share] = []
@@ -204,7 +204,7 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None,
                         progress.advance()
             measured = [s for s in per_process if s.forward_ms]
             sample_ms = max(stats.median(measured[0].total_ms), 1e-3) if measured else sample_ms
-            stopped = stop_reason(bench, per_process, time.perf_counter() - t0, machine)
+            stopped = stop_reason(bench, per_process, time.perf_counter() - t0, runs_drift)
             if stopped:
                 break
             # Only more processes narrow the between-process interval: add one once every
