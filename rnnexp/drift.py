@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,14 +82,21 @@ def history_path(key: Mapping[str, Any]) -> Path:
     return roofline.cache_dir() / "drift" / f"{digest[:24]}.json"
 
 
-def _load(path: Path, key: Mapping[str, Any]) -> list[dict]:
+def _read(path: Path) -> tuple[dict, list[dict]]:
+    """A history's key and its well-formed runs; ({}, []) when absent or unreadable."""
     try:
         data = json.loads(path.read_text())
-        if data.get("key") != json.loads(json.dumps(key, default=str)):
-            return []
-        return [r for r in data["runs"] if isinstance(r.get("at"), (int, float))]
+        return dict(data["key"]), [r for r in data["runs"]
+                                   if isinstance(r.get("at"), (int, float))]
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return []  # absent or unreadable: a history starts again
+        return {}, []
+
+
+def _load(path: Path, key: Mapping[str, Any]) -> list[dict]:
+    """The runs of `key`'s history (none if the file holds another key: a history starts
+    again)."""
+    stored, runs = _read(path)
+    return runs if stored == json.loads(json.dumps(key, default=str)) else []
 
 
 def estimate(runs: Sequence[Mapping[str, Any]], now: float) -> Drift:
@@ -141,14 +147,10 @@ def pooled(key: Mapping[str, Any], now: float) -> Optional[Drift]:
     weighted = df = configurations = 0
     oldest = 0.0
     for path in history_path(key).parent.glob("*.json"):
-        try:
-            data = json.loads(path.read_text())
-            other = data["key"]
-            if tuple(other.get(f) for f in MACHINE) != machine:
-                continue
-            found = estimate(data["runs"], now)
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        other, runs = _read(path)
+        if tuple(other.get(f) for f in MACHINE) != machine:
             continue
+        found = estimate(runs, now)
         if found.spread is not None:
             weighted += (found.runs - 1) * found.spread ** 2
             df += found.runs - 1
@@ -174,9 +176,7 @@ def record(key: Mapping[str, Any], medians: Mapping[str, Optional[float]],
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock"):
             runs = [*_load(path, key), entry][-MAX_RUNS:]
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"key": key, "runs": runs}, default=str))
-            os.replace(tmp, path)  # readers never see half a file
+            roofline.write_atomically(path, json.dumps({"key": key, "runs": runs}, default=str))
     except OSError:
         pass
 

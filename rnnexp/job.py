@@ -82,7 +82,8 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     # This configuration's earlier runs here: how far its median moves between runs.
-    runs_key = drift.measurement(plain_config(cfg), device_name(p.device, p.plat),
+    config = plain_config(cfg)
+    runs_key = drift.measurement(config, device_name(p.device, p.plat),
                                  cfg.bench.num_threads or torch.get_num_threads(),
                                  p.plat.torch_version, platform_mod.git_commit())
     runs_drift = drift.earlier(runs_key) if cfg.bench.drift else drift.UNKNOWN
@@ -104,7 +105,7 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
     result = Result(
         choices=p.choices,
         overrides=p.overrides,
-        config=plain_config(cfg),
+        config=config,
         status=status,
         reason=reason,
         device=str(p.device),

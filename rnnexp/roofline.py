@@ -166,10 +166,15 @@ def _load(path: Path, key: Key) -> Optional[Peaks]:
         return None  # absent or unreadable: measure again
 
 
-def _save(path: Path, key: Key, peaks: Peaks) -> None:
+def write_atomically(path: Path, text: str) -> None:
+    """Write a cache file so that readers never see half of it (a temporary file, renamed)."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"key": asdict(key), "peaks": asdict(peaks)}, indent=2))
-    os.replace(tmp, path)  # readers never see half a file
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _save(path: Path, key: Key, peaks: Peaks) -> None:
+    write_atomically(path, json.dumps({"key": asdict(key), "peaks": asdict(peaks)}, indent=2))
 
 
 def peaks(device: torch.device, device_name: str, dtype: str, threads: int,

@@ -106,7 +106,7 @@ def _start(planned: job.Plan, index: int) -> Share:
 
 
 def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float,
-                runs_drift: Optional[Drift] = None) -> Optional[str]:
+                runs_drift: Drift = UNKNOWN) -> Optional[str]:
     """Whether to stop after a round, and why (None: go on)."""
     counts = [len(s.forward_ms) for s in per_process]
     k = len(per_process)
@@ -133,8 +133,7 @@ def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
     return None
 
 
-def between(per_process: list[Samples], runs_drift: Optional[Drift] = None) -> dict[str, float]:
-    runs_drift = runs_drift or UNKNOWN
+def between(per_process: list[Samples], runs_drift: Drift = UNKNOWN) -> dict[str, float]:
     return stats.between_processes([stats.median(s.total_ms) for s in per_process],
                                    drift=runs_drift.spread, drift_runs=runs_drift.runs)
 

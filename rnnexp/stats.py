@@ -150,7 +150,7 @@ def prediction_floor(interval: dict[str, float], processes: Optional[int] = None
                      confidence: float = CONFIDENCE) -> float:
     """The relative half-width the between-process interval would have with `processes`
     processes at the spread measured so far, t(k−1) · s · √(1 + 1/k) — with no limit
-    (None), z · s — and the machine's drift: no amount of measuring gets below it."""
+    (None), z · s — and the drift between runs: no amount of measuring gets below it."""
     spread, drift_half = interval["spread"], interval.get("drift_half", 0.0)
     if not np.isfinite(spread):
         return drift_half
