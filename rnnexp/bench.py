@@ -7,7 +7,8 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   jobs' own work (timed samples, warm-up, verification), per job, from two sweeps of N1 and
   N2 jobs (the difference removes the once-per-sweep start-up); against the timed work.
   Swept over seeds (values) and over models (a config group), which differ in how often
-  the config is composed.
+  the config is composed. `--baseline PATH` adds the same sweeps run from another
+  checkout, interleaved.
 - fastrnns: wall time of fastrnns' RNN set (seq 20, input 128, hidden 128, batch 16:
   lstm and py under backend=aten, the five jit* loops under backend=jit executor=simple) with
   bench=default (10 + 100) against bench=adaptive, MLflow on (each variant its own store,
@@ -112,39 +113,51 @@ LOOP_MODELS = ["jit", "jit_premul", "jit_premul_bias", "jit_simple", "jit_multil
                "jit_gru", "jit_dropout", "jit_layernorm"]
 
 
-def overhead(n1: int, n2: int, tmp: Path, rounds: int = 1) -> None:
-    """Two axes: seeds (values: one composition per distinct group choice serves every job)
-    and models (a config group: every job its own composition). With several rounds, the
-    median per-job overhead and the range of the rounds."""
+def overhead(n1: int, n2: int, tmp: Path, rounds: int = 1,
+             baseline: Optional[Path] = None) -> None:
+    """Two axes: seeds (values) and models (a config group: every job its own choice).
+    With several rounds, the median per-job overhead and the range of the rounds; with a
+    baseline checkout, its sweeps interleaved with this one's, round by round."""
     base = ["backend=jit", "backend.executor=simple", "shape=small", "bench=quick"]
     axes = [("seeds", lambda n: ["model=jit", f"seed=range(0,{n})"])]
     if n2 <= len(LOOP_MODELS):
         axes.append(("models", lambda n: [f"model={','.join(LOOP_MODELS[:n])}"]))
+    checkouts = [("this checkout", ROOT)] + ([(str(baseline), baseline)] if baseline else [])
     table = Table(title=f"per-job overhead in a sweep, MLflow on ({rounds} round(s); {load()})")
-    for col in ("inputs", "per-job overhead", "timed work per job", "overhead / timed",
-                "once per sweep"):
+    for col in ("inputs", "checkout", "per-job overhead", "÷ this checkout",
+                "timed work per job", "overhead / timed", "once per sweep"):
         table.add_column(col, justify="right")
     for axis, swept in axes:
-        per_job, startup, timed, walls = [], [], [], []
+        per_job = {name: [] for name, _ in checkouts}
+        startup = {name: [] for name, _ in checkouts}
+        timed = {name: [] for name, _ in checkouts}
+        walls = {name: [] for name, _ in checkouts}
         for r in range(rounds):
-            runs = {}
-            for n in (n1, n2):  # n distinct jobs, each in its own worker process
-                wall, results = sweep([*base, *swept(n)], tmp / f"overhead_{axis}{n}_{r}")
-                runs[n] = (wall, sum(work_s(x) for x in results),
-                           sum(timed_s(x) for x in results))
-            (w1, k1, t1), (w2, k2, t2) = runs[n1], runs[n2]
-            per_job.append(((w2 - k2) - (w1 - k1)) / (n2 - n1))
-            startup.append((w1 - k1) - n1 * per_job[-1])
-            timed.append((t2 - t1) / (n2 - n1))
-            walls.append(f"{w1:.1f}/{w2:.1f} s")
-        job, spread = float(np.median(per_job)), f"{min(per_job):.2f}–{max(per_job):.2f}"
-        timed_per_job = float(np.median(timed))
-        table.add_row(f"{' '.join([*base, *swept(n2)])}; sweeps of {n1} and {n2} jobs, walls "
-                      f"{', '.join(walls)}",
-                      f"{job:.2f} s" + (f" ({spread})" if rounds > 1 else ""),
-                      f"{timed_per_job:.3f} s",
-                      f"{job / timed_per_job:.1f}×" if timed_per_job > 0 else "—",
-                      f"{float(np.median(startup)):.1f} s")
+            for c, (name, root) in enumerate(checkouts):
+                runs = {}
+                for n in (n1, n2):  # n distinct jobs, each in its own worker process
+                    wall, results = sweep([*base, *swept(n)],
+                                          tmp / f"overhead_{axis}{n}_{r}_{c}", root)
+                    runs[n] = (wall, sum(work_s(x) for x in results),
+                               sum(timed_s(x) for x in results))
+                (w1, k1, t1), (w2, k2, t2) = runs[n1], runs[n2]
+                per_job[name].append(((w2 - k2) - (w1 - k1)) / (n2 - n1))
+                startup[name].append((w1 - k1) - n1 * per_job[name][-1])
+                timed[name].append((t2 - t1) / (n2 - n1))
+                walls[name].append(f"{w1:.1f}/{w2:.1f} s")
+        ref = float(np.median(per_job[checkouts[0][0]]))
+        for name, _ in checkouts:
+            job = float(np.median(per_job[name]))
+            spread = f"{min(per_job[name]):.2f}–{max(per_job[name]):.2f}"
+            timed_per_job = float(np.median(timed[name]))
+            inputs = f"{' '.join([*base, *swept(n2)])}; sweeps of {n1} and {n2} jobs, " \
+                if name == checkouts[0][0] else ""
+            table.add_row(f"{inputs}walls {', '.join(walls[name])}", name,
+                          f"{job:.2f} s" + (f" ({spread})" if rounds > 1 else ""),
+                          f"{job / ref:.2f}×" if ref > 0 else "—",
+                          f"{timed_per_job:.3f} s",
+                          f"{job / timed_per_job:.1f}×" if timed_per_job > 0 else "—",
+                          f"{float(np.median(startup[name])):.1f} s")
     console.print(table)
 
 
@@ -313,7 +326,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="overhead, fastrnns: rounds (medians are reported)")
     parser.add_argument("--baseline", type=Path, default=None,
-                        help="fastrnns: also run the fixed sweeps from this checkout")
+                        help="overhead, fastrnns: also run the sweeps (fastrnns: the fixed "
+                             "ones) from this checkout, interleaved")
     parser.add_argument("--trials", type=int, default=4, help="aa: first runs")
     parser.add_argument("--reruns", type=int, default=5, help="aa: reruns per first run")
     args = parser.parse_args(argv)
@@ -325,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{time.strftime('%Y-%m-%d %H:%M %Z')} · {load()}", highlight=False)
     with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
         if "overhead" in parts:
-            overhead(*args.jobs, Path(tmp), args.rounds)
+            overhead(*args.jobs, Path(tmp), args.rounds, args.baseline)
         if "fastrnns" in parts:
             fastrnns(args.rounds, Path(tmp), args.baseline)
     if "fidelity" in parts:

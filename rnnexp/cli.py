@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from rnnexp import (
     callback,
+    compositions,
     config_check,
     credentials,
     exit_codes,
@@ -224,6 +225,7 @@ def main() -> None:
                 if not args.multirun and len(configs) == 1:
                     plan_ahead(args.overrides)
                 _no_second_batch_check()  # every job was composed and validated above
+                compositions.install()  # the launcher reuses the compositions made above
             except RnnexpError as err:
                 fail(str(err))
         _hydra_errors_in_one_line()

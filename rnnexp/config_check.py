@@ -11,7 +11,6 @@ configs are kept, so a job that runs in this process is not validated a second t
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import os
 import re
@@ -19,8 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from hydra import compose, initialize_config_dir
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra import initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -29,7 +27,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rnnexp import sinks, targets
+from rnnexp import compositions, sinks, targets
 from rnnexp.errors import ConfigError, RnnexpError
 from rnnexp.schema import Config, closest, validate
 
@@ -45,6 +43,15 @@ def group_options(group: str) -> list[str]:
 def user_overrides(overrides: Sequence[str]) -> list[str]:
     """The app's overrides: Hydra's own (hydra.*, hydra/launcher=...) are left to Hydra."""
     return [o for o in overrides if not o.lstrip("~+").startswith("hydra")]
+
+
+def _hydra_overrides(overrides: Sequence[str]) -> list[str]:
+    """Hydra's own overrides (hydra.*, hydra/launcher=...), in command-line order, as the
+    sweep's config records them for its launcher; a sweep over one of Hydra's fields is left
+    to Hydra."""
+    parser = OverridesParser.create()
+    return [o for o in overrides if o not in user_overrides([o])
+            and not parser.parse_override(o).is_sweep_override()]
 
 
 def expand_jobs(overrides: Sequence[str], multirun: bool,
@@ -172,31 +179,13 @@ def _composition_errors_in_one_line() -> Iterator[None]:
         raise RnnexpError(one_line(err)) from None
 
 
-def _compose(job: Sequence[str], hydra_config: bool = False):
+def _compose_job(job: Sequence[str], hydra_overrides: Sequence[str] = ()):
+    """A job's config as the launcher composes it (Hydra's node included), through
+    rnnexp.compositions: each distinct set of group choices is composed once, and the
+    launcher of this process's sweep finds the composition made here."""
+    loader = GlobalHydra.instance().config_loader()
     with _composition_errors_in_one_line():
-        return compose(config_name=CONFIG_NAME, overrides=list(job),
-                       return_hydra_config=hydra_config)
-
-
-def _compose_job(job: Sequence[str], bases: dict[tuple[str, ...], Any]):
-    """A job's app config, as Hydra would compose it: the config-group choices composed once
-    per distinct set of them (cached in `bases`), then the job's plain `key=value` overrides
-    applied the way Hydra applies them after composing (its own
-    ConfigLoaderImpl._apply_overrides_to_config, on a copy). A sweep over values (shapes,
-    seeds) then composes once, not once a job (~0.07 s each)."""
-    repo = GlobalHydra.instance().config_loader().repository
-    parsed = OverridesParser.create().parse_overrides(list(job))
-    # What Hydra's defaults list treats as a config override rather than a group choice.
-    plain = [o for o in parsed if o.package is None and not (o.is_add() or o.is_force_add()
-             or o.is_delete() or o.is_sweep_override()) and not isinstance(o.value(), dict)
-             and not repo.group_exists(o.key_or_group)]
-    groups = tuple(o.input_line for o in parsed if o not in plain)
-    if groups not in bases:
-        bases[groups] = _compose(list(groups))
-    cfg = copy.deepcopy(bases[groups])
-    with _composition_errors_in_one_line():
-        ConfigLoaderImpl._apply_overrides_to_config(plain, cfg)
-    return cfg
+        return compositions.load(loader, CONFIG_NAME, [*hydra_overrides, *job])
 
 
 def check(overrides: Sequence[str], multirun: bool) -> list[Config]:
@@ -208,10 +197,11 @@ def check(overrides: Sequence[str], multirun: bool) -> list[Config]:
     configs = []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         composed = {}
+        hydra_overrides = _hydra_overrides(overrides)
         try:
             jobs = expand_jobs(overrides, multirun)
             if len(jobs) == 1:  # a preset may make this a sweep (hydra.mode, sweeper.params)
-                base = _compose(jobs[0], hydra_config=True)
+                base = _compose_job(jobs[0], hydra_overrides)
                 composed[_key(jobs[0])] = base
                 _CHOICES[_key(jobs[0])] = {
                     k: v for k, v in base.hydra.runtime.choices.items()
@@ -222,9 +212,8 @@ def check(overrides: Sequence[str], multirun: bool) -> list[Config]:
                     jobs = expand_jobs(overrides, True, sweep_params(base))
         except OverrideParseException as err:
             raise RnnexpError(f"command line: {one_line(err)}") from None
-        bases: dict[tuple[str, ...], Any] = {}
         for job in jobs:
-            cfg = composed.get(_key(job)) or _compose_job(job, bases)
+            cfg = composed.get(_key(job)) or _compose_job(job, hydra_overrides)
             app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()
                    if k != "hydra"}
             targets.check_tree("", app)

@@ -108,32 +108,6 @@ def test_checked_configs_are_kept_for_the_job():
     assert validated(["model=py"]) is None
 
 
-@pytest.mark.parametrize("job", [
-    ["model=jit", "shape.hidden_size=64", "seed=3"],
-    ["backend=jit", "backend.executor=simple", "model=jit_premul", "dtype=bfloat16"],
-    ["+sinks=fastrnns", "sinks.fastrnns.format=pep", "bench=adaptive", "bench.precision=0.05"],
-    ["shape=small", "model.build.dropout=0.1", "model=jit_dropout"],
-    ["sinks=[json,console]", "bench.num_threads=1", "shape.seq_len=${shape.batch_size}"],
-])
-def test_a_job_composed_from_its_group_choices_equals_hydras_full_composition(job):
-    """check() composes each distinct set of group choices once and applies the plain
-    `key=value` overrides as Hydra does; the result must be Hydra's own composition."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from rnnexp.config_check import CONF_DIR, _compose_job
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        bases = {}
-        ours = [_compose_job(job, bases), _compose_job(job, bases)]  # the second: from cache
-        full = compose(config_name="config", overrides=job)
-    assert len(bases) == 1
-    for cfg in ours:
-        assert OmegaConf.to_container(cfg) == OmegaConf.to_container(full)
-    assert OmegaConf.to_container(ours[0], resolve=True) == \
-        OmegaConf.to_container(full, resolve=True)
-
-
 def test_compositions_sharing_the_config_store_equal_hydras_and_leave_the_store_alone():
     """schema.share_store stops Hydra deep-copying the ConfigStore at every
     composition; the configs (Hydra's own node included) must be what Hydra composes with

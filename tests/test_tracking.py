@@ -113,6 +113,31 @@ def test_sweep_is_one_parent_with_a_child_per_job(recorded_sweep):
     assert "needs a CUDA build" in declined.data.tags["reason"]
 
 
+def test_each_job_of_a_sweep_runs_its_own_composition(recorded_sweep):
+    """The launcher reuses the compositions the config check made (rnnexp.compositions):
+    every job's .hydra files still say its own choices and overrides."""
+    from omegaconf import OmegaConf
+
+    tmp, _ = recorded_sweep
+    seen = set()
+    for job in sorted((tmp / "sweep").glob("[0-9]*")):
+        hydra = OmegaConf.load(job / ".hydra" / "hydra.yaml").hydra
+        config = OmegaConf.load(job / ".hydra" / "config.yaml")
+        overrides = OmegaConf.to_container(OmegaConf.load(job / ".hydra" / "overrides.yaml"))
+        model, backend = hydra.runtime.choices.model, hydra.runtime.choices.backend
+        assert overrides[:4] == [f"model={model}", f"backend={backend}", *TINY]
+        assert overrides[4].startswith("sinks.mlflow.uri=") and len(overrides) == 5
+        assert list(hydra.overrides.task) == overrides
+        assert list(hydra.overrides.hydra) == [f"hydra.sweep.dir={tmp}/sweep",
+                                               "hydra.mode=MULTIRUN"]
+        assert hydra.job.num == int(job.name) and hydra.job.name == "rnnexp"
+        assert hydra.job.override_dirname == ",".join(sorted(overrides))
+        assert config.model.form == {"lstm": "module", "py": "eager"}[model]
+        assert config.bench.iters == 3
+        seen.add((model, backend))
+    assert seen == {(m, b) for m in ("lstm", "py") for b in ("aten", "cudnn")}
+
+
 def test_compare_speedups_table_and_chart(recorded_sweep, tmp_path, capsys):
     tmp, _ = recorded_sweep
     uri = sqlite(tmp / "mlflow.db")
