@@ -37,12 +37,18 @@ from rnnexp import (
     sinks,
     timing,
 )
-from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
+from rnnexp.errors import (
+    Interrupted,
+    JobCrashed,
+    RnnexpError,
+    crash_line,
+    full_error,
+    signal_name,
+)
 from rnnexp.report import RichProgress, err_console, print_error
 from rnnexp.results import INTERRUPTED, RESULTS_FILE, Result, label
 
 EXIT_USER_ERROR = exit_codes.USER_ERROR
-FULL_ERROR_ENV = "HYDRA_FULL_ERROR"
 
 # Plans made before Hydra starts a single run (so a refusal leaves no run folder), by the
 # job's overrides.
@@ -69,10 +75,6 @@ def exit_now(code: object) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code or 0)
-
-
-def full_error() -> bool:
-    return os.environ.get(FULL_ERROR_ENV) == "1"
 
 
 def publish(targets: list[sinks.Sink], result: Result, output_dir: Path,

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rnnexp import compositions, sinks, targets
-from rnnexp.errors import ConfigError, RnnexpError
+from rnnexp.errors import ConfigError, RnnexpError, full_error
 from rnnexp.schema import Config, closest, validate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -176,6 +176,8 @@ def _composition_errors_in_one_line() -> Iterator[None]:
     try:
         yield
     except (HydraException, OmegaConfBaseException) as err:
+        if full_error():  # Hydra's own error and traceback, as the user asked
+            raise
         raise RnnexpError(one_line(err)) from None
 
 

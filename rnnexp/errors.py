@@ -1,5 +1,12 @@
 """Errors that reach the user as one line, never as a traceback."""
 
+import os
+
+
+def full_error() -> bool:
+    """HYDRA_FULL_ERROR=1: the user asked for tracebacks instead of one-line errors."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
 
 class RnnexpError(Exception):
     """A problem the user can fix: printed as one line, exit status 2."""

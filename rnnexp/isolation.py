@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing as mp
-import os
 import signal
 import sys
 import traceback
@@ -102,7 +101,7 @@ def _serve(conn, planned: job.Plan, verify_model: bool) -> None:
     except errors.RnnexpError as err:
         conn.send(("error", type(err).__name__, str(err)))
     except Exception as err:  # the parent records a crash with this line
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":  # as for the job's own process
+        if errors.full_error():  # as for the job's own process
             traceback.print_exc()
         conn.send(("crash", memory.crash_line(planned.cfg.shape, err)))
     finally:

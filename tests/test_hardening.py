@@ -160,7 +160,8 @@ def test_bad_input_through_python_m_rnnexp(tmp_path):
         assert (case / "victim.txt").read_text() == "keep me"
 
 
-def test_full_error_shows_hydras_traceback(run_cli):
-    proc = run_cli("hydra.job.chdir=abc", env={"HYDRA_FULL_ERROR": "1"})
+@pytest.mark.parametrize("override", ["hydra.job.chdir=abc", "seed=abc"])
+def test_full_error_shows_hydras_traceback(run_cli, override):
+    proc = run_cli(override, env={"HYDRA_FULL_ERROR": "1"})
     assert proc.returncode != 0
-    assert "Traceback" in proc.stderr
+    assert "Traceback" in proc.stderr and override.split("=")[0] in proc.stderr
