@@ -91,3 +91,17 @@ def test_a_bad_plain_value_fails_as_hydras_does(loader):
         loader.load_configuration(CONFIG_NAME, ["model=jit", "seed=abc"], RunMode.RUN)
     with pytest.raises(ConfigCompositionException):
         compositions.load(loader, CONFIG_NAME, ["model=jit", "seed=abc"])
+
+
+def test_the_least_recently_used_composition_goes_first(loader, monkeypatch):
+    monkeypatch.setattr(compositions, "_BASES", type(compositions._BASES)())
+    monkeypatch.setattr(compositions, "KEPT", 2)
+    jobs = [["model=jit", "shape=small"], ["model=py", "shape=small"],
+            ["model=lstm", "shape=small"]]
+    compositions.load(loader, CONFIG_NAME, jobs[0])
+    compositions.load(loader, CONFIG_NAME, jobs[1])
+    compositions.load(loader, CONFIG_NAME, [*jobs[0], "seed=9"])  # jit used again
+    third = compositions.load(loader, CONFIG_NAME, jobs[2])
+    kept = [key[2] for key in compositions._BASES]
+    assert kept == [tuple(jobs[0]), tuple(jobs[2])]
+    assert OmegaConf.to_container(third) == hydras(loader, jobs[2])
