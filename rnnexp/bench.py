@@ -12,7 +12,9 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
 - fastrnns: wall time of fastrnns' RNN set (seq 20, input 128, hidden 128, batch 16:
   lstm and py under backend=aten, the five jit* loops under backend=jit executor=simple) with
   bench=default (10 + 100) against bench=adaptive, MLflow on (each variant its own store,
-  made before timing, as a user's store exists), and the precision each claims.
+  made before timing, as a user's store exists), each job's time to its result (measuring:
+  builds, verification, warm-ups and timed samples, without the sweep's start-up around
+  it), and the precision each claims.
   `--baseline PATH` adds the same fixed sweeps run from another checkout (e.g. the previous
   version), interleaved.
 - fidelity: rnnexp's timer against torch.utils.benchmark.Timer.blocked_autorange on the same
@@ -161,6 +163,14 @@ def overhead(n1: int, n2: int, tmp: Path, rounds: int = 1,
     console.print(table)
 
 
+def measuring_s(result: dict) -> float:
+    """A job's time to its result: from its first process's start to its last one's end
+    (builds, verification, warm-ups, timed samples), without the sweep around it; NaN where
+    the result does not record it (an older checkout)."""
+    value = (result.get("timing") or {}).get("measure_s")
+    return float("nan") if value is None else float(value)
+
+
 def claimed(result: dict) -> float:
     """The relative half-width of the interval a result claims for fwd+bwd: between
     processes if it has one, else its median's within-process 95% interval."""
@@ -205,16 +215,22 @@ def fastrnns(rounds: int, tmp: Path, baseline: Path | None) -> None:
     ref = float(np.median(walls[fixed]))
     table = Table(title=f"fastrnns set ({len(results[fixed]) // rounds} jobs, MLflow on; "
                         f"{rounds} round(s), interleaved; {load()})")
-    for col in ("variant", "wall time", "÷ fixed", "timed work", "claimed ± (median job)",
-                "interval kind", "stopped"):
+    for col in ("variant", "wall time", "÷ fixed", "measuring per job", "÷ fixed", "timed work",
+                "claimed ± (median job)", "interval kind", "stopped"):
         table.add_column(col, justify="right")
+    measuring = {name: float(np.nanmedian([measuring_s(r) for r in results[name]]))
+                 if any(np.isfinite([measuring_s(r) for r in results[name]])) else float("nan")
+                 for name in results}
     for name, _, _ in variants:
         res = results[name]
         wall = float(np.median(walls[name]))
         between = any((r["phases"].get("total") or {}).get("between_low_ms") is not None
                       for r in res)
         stops = sorted({(r.get("timing") or {}).get("stopped") or "iters" for r in res})
+        known = np.isfinite(measuring[name])
         table.add_row(name, f"{wall:.1f} s", f"{wall / ref:.2f}×",
+                      f"{measuring[name]:.2f} s" if known else "—",
+                      f"{measuring[name] / measuring[fixed]:.2f}×" if known else "—",
                       f"{sum(timed_s(r) for r in res) / rounds:.1f} s",
                       f"±{100 * float(np.nanmedian([claimed(r) for r in res])):.1f}%",
                       "new run, between processes" if between else "median, one process",
