@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from omegaconf import OmegaConf
 
-from rnnexp import drift, environment, memory, stats, targets
+from rnnexp import drift, environment, memory, targets
 from rnnexp import platform as platform_mod
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, device_name, resolve_device, torch_dtype
@@ -31,8 +31,8 @@ from rnnexp.results import (
     phase_stats,
     without_rates,
 )
-from rnnexp.schema import BenchConfig, Config
-from rnnexp.timing import Progress, Samples
+from rnnexp.schema import Config
+from rnnexp.timing import Progress
 from rnnexp.verify import Verification
 from rnnexp.workload import Workload, WorkloadSpec
 
@@ -133,18 +133,6 @@ def execute(p: Plan, progress: Optional[Progress] = None) -> Result:
         drift.record(runs_key, {name: phase.median_ms for name, phase in phases.items()
                                 if phase.timed})
     return result
-
-
-def precision_target(bench: BenchConfig) -> Optional[Callable[[Samples], bool]]:
-    """`bench.precision` as a stopping rule for the timer (None: a fixed count)."""
-    if bench.precision is None:
-        return None
-
-    def done(samples: Samples) -> bool:
-        return (len(samples.forward_ms) >= bench.min_iters
-                and stats.precise_enough(samples.total_ms, bench.precision))
-
-    return done
 
 
 def plain_config(cfg: Any) -> dict[str, Any]:

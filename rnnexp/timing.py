@@ -202,10 +202,9 @@ class Timer:
         return sorted(walls)[len(walls) // 2] if walls else 0.0
 
     def run(self, n: int, *, block: int = 1, progress: Optional[Progress] = None,
-            done: Optional[Callable[[Samples], bool]] = None,
             samples: Optional[Samples] = None) -> Samples:
-        """Up to `n` timed samples appended to `samples`; `done`, asked between samples
-        (untimed), may end the loop early (a precision target)."""
+        """`n` timed samples appended to `samples` (rnnexp.schedule decides, between rounds,
+        whether more are needed)."""
         progress = progress or _Silent()
         samples = samples if samples is not None else Samples(block=block)
         samples.block = block
@@ -218,8 +217,6 @@ class Timer:
                     if self.do_backward:
                         samples.backward_ms.append(bwd / block)
                     progress.advance()
-                    if done is not None and done(samples):
-                        break
             finally:
                 self.steps.zero_grad()
         return samples
@@ -260,14 +257,13 @@ def measure(
     clock: Clock,
     backward: bool = True,
     progress: Optional[Progress] = None,
-    done: Optional[Callable[[Samples], bool]] = None,
     block_ms: float = 0.0,
 ) -> Samples:
-    """Run `warmup` untimed iterations, then up to `iters` timed samples; a sample is one
+    """Run `warmup` untimed iterations, then `iters` timed samples; a sample is one
     iteration, or with `block_ms` the mean of a block of iterations lasting ≥ block_ms."""
     progress = progress or _Silent()
     timer = Timer(steps, clock, backward)
     iteration_ms = timer.warmup(warmup, progress)
     block = block_for(iteration_ms, block_ms)
     progress.phase("timed", iters)
-    return timer.run(iters, block=block, progress=progress, done=done)
+    return timer.run(iters, block=block, progress=progress)

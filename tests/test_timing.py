@@ -131,14 +131,6 @@ def test_statistics_and_rates():
         stats.summarize([])
 
 
-def test_a_stopping_rule_ends_the_timed_loop_early():
-    clock = FakeClock()
-    work = Synthetic(clock)
-    samples = measure(work, warmup=2, iters=100, clock=clock,
-                      done=lambda s: len(s.forward_ms) >= 5)
-    assert len(samples.forward_ms) == 5 and work.calls["forward"] == 7
-
-
 def test_median_confidence_interval():
     rng = np.random.default_rng(0)
     low, high = stats.median_ci(rng.normal(10.0, 1.0, 200))
@@ -170,17 +162,22 @@ class Jittery(Synthetic):
         return out
 
 
-@pytest.mark.parametrize("cls, expected", [(Synthetic, 10), (Jittery, 60)])
-def test_precision_target_stops_when_the_median_is_known_well_enough(cls, expected):
-    from rnnexp.job import precision_target
+@pytest.mark.parametrize("cls, expected, stopped", [(Synthetic, 10, "precision"),
+                                                    (Jittery, 60, "iters")])
+def test_one_process_stops_once_its_median_is_known_well_enough(cls, expected, stopped):
+    """The scheduler's rule for a lone process (bench.processes=1 with a precision target),
+    asked after every sample as a round of one would."""
+    from rnnexp import schedule
     from rnnexp.schema import BenchConfig
+    from rnnexp.timing import Samples, Timer
 
-    bench = BenchConfig(iters=60, min_iters=10, precision=0.02)
+    bench = BenchConfig(iters=60, min_iters=10, precision=0.02, processes=1, max_processes=1)
     clock = FakeClock()
-    samples = measure(cls(clock), warmup=0, iters=bench.iters, clock=clock,
-                      done=precision_target(bench))
+    timer, samples = Timer(cls(clock), clock), Samples()
+    while not (reason := schedule.stop_reason(bench, [samples], 0.0)):
+        timer.run(1, samples=samples)
     # Identical samples stop at min_iters; spread ones run to the most allowed.
-    assert len(samples.forward_ms) == expected
+    assert (len(samples.forward_ms), reason) == (expected, stopped)
 
 
 def test_blocked_samples_are_per_iteration_means_of_back_to_back_iterations():
