@@ -43,7 +43,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from rnnexp import config_check, job, roofline, schema, stats
+from rnnexp import config_check, execution, job, roofline, schema, stats
 from rnnexp.results import Result
 from rnnexp.timing import PerfCounterClock, Timer, block_for
 
@@ -291,7 +291,7 @@ def aa(trials: int, reruns: int, overrides: Sequence[str]) -> None:
         os.environ[roofline.CACHE_ENV] = cache
         try:
             for _ in range(trials):
-                first: Result = job.execute(planned([*overrides, "bench=adaptive"]))
+                first: Result = execution.execute(planned([*overrides, "bench=adaptive"]))
                 t, env = first.phase("total"), first.environment
                 known = env.drift is not None
                 within = stats.between_processes(t.process_medians_ms)
@@ -299,7 +299,7 @@ def aa(trials: int, reruns: int, overrides: Sequence[str]) -> None:
                     widths.append((t.between_high_ms - t.between_low_ms) / 2 / t.median_ms)
                     drifts.append(f"±{100 * env.drift:.1f}% ({env.drift_runs} runs)")
                 for _ in range(reruns):
-                    again = job.execute(planned([
+                    again = execution.execute(planned([
                         *overrides, "bench=adaptive", "bench.processes=1",
                         "bench.max_processes=1", "bench.precision=null", "bench.iters=20",
                         "bench.verify=false"]))

@@ -1,13 +1,13 @@
-"""One job from a validated config to a `Result`: plan, then execute — in fresh worker
-processes where the backend or bench.processes asks (rnnexp.schedule) — and the records of
-jobs that did not run."""
+"""One job from a validated config to a `Result`: plan (rnnexp.job), then execute
+(rnnexp.execution) — in fresh worker processes where the backend or bench.processes asks
+(rnnexp.schedule) — and the records of jobs that did not run."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
 
-from rnnexp import job, memory, platform, roofline
+from rnnexp import execution, job, memory, platform, roofline
 from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
 from rnnexp.results import CRASHED, INTERRUPTED, UNSUPPORTED, Result
 from rnnexp.schema import Config
@@ -22,7 +22,7 @@ def run(cfg: Config, choices: dict[str, str], overrides: list[str],
     planned = planned or job.plan(cfg, choices, overrides)
     planned.output_dir = output_dir
     try:
-        result = job.execute(planned, progress=progress)
+        result = execution.execute(planned, progress=progress)
     except RnnexpError:
         raise
     except Exception as err:  # one line for the record; an out-of-memory names the shape

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from rnnexp import config_check, job, schema
+from rnnexp import config_check, execution, job, schema
 from rnnexp.backends import torchscript
 from rnnexp.backends.inductor import Inductor
 from rnnexp.backends.torchscript import Jit, TensorExpr
@@ -106,7 +106,7 @@ def test_miopen_explains_itself_on_the_command_line(run_cli):
 def test_aten_runs_the_scripted_loop():
     p = plan(["backend=aten", "model=jit", *TINY])
     assert p.spec.script
-    result = job.execute(p)
+    result = execution.execute(p)
     assert result.status == "ok"
     # The executor's profiling/optimising runs happened before timing, untimed.
     assert result.backend.details["optimize_s"] > 0 and result.backend.details["warm_runs"] == 3
@@ -239,7 +239,7 @@ def test_legacy_fuser_really_fuses_on_the_cpu():
     # job.execute: a fresh worker process, so earlier tests' TorchScript state cannot leak in.
     p = plan(["model=jit", "backend=jit", "backend.executor=legacy", "backend.fuser=legacy",
               *TINY])
-    backend = job.execute(p).backend.details
+    backend = execution.execute(p).backend.details
     assert backend["flags"]["fuse_on_cpu_legacy"]
     assert backend["graph"]["fusion_groups"] > 0 and backend["graph"]["fused"]
 
@@ -269,7 +269,7 @@ def test_inductor_refuses_nn_modules():
 def test_inductor_runs_a_small_lstm_loop_and_reports_compile_time():
     # Two steps keep the unrolled loop (and the compile) short.
     p = plan(["backend=inductor", "model=py", *TINY, "shape.seq_len=2"])
-    result = job.execute(p)
+    result = execution.execute(p)
     assert result.status == "ok" and result.verification.status == "passed"
     info = result.backend.details
     assert isinstance(p.backend, Inductor) and info["mode"] == "default"
@@ -282,7 +282,7 @@ def test_inductor_runs_a_small_lstm_loop_and_reports_compile_time():
 @pytest.mark.gpu
 @gpu
 def test_cudnn_runs_lstm_on_the_gpu():
-    result = job.execute(plan(["backend=cudnn", "model=lstm", "device=cuda", *TINY]))
+    result = execution.execute(plan(["backend=cudnn", "model=lstm", "device=cuda", *TINY]))
     assert result.status == "ok" and result.backend.details["cudnn"]
     assert result.timing.clock == "cuda_event"  # device events, not host time
     assert result.device.startswith("cuda")
@@ -293,7 +293,7 @@ def test_cudnn_runs_lstm_on_the_gpu():
 @pytest.mark.parametrize("backend, model", [("aten", "lstm"), ("auto", "jit"),
                                             ("inductor", "jit")])
 def test_backends_run_and_verify_on_the_gpu(backend, model):
-    result = job.execute(plan([f"backend={backend}", f"model={model}", "device=cuda", *TINY]))
+    result = execution.execute(plan([f"backend={backend}", f"model={model}", "device=cuda", *TINY]))
     assert result.status == "ok", result.reason
     assert result.verification.status == "passed"
 

@@ -162,7 +162,7 @@ def test_the_result_records_the_drift_its_interval_includes_and_a_drift_is_flagg
 
 
 def test_jobs_join_their_history_and_a_later_run_includes_its_drift(roofline_cache):
-    from rnnexp import job, schema
+    from rnnexp import execution, job, schema
     from rnnexp.config_check import check
 
     schema.register()
@@ -171,7 +171,7 @@ def test_jobs_join_their_history_and_a_later_run_includes_its_drift(roofline_cac
 
     def run(*overrides):
         (cfg,) = check([*base, *overrides], multirun=False)
-        return job.execute(job.plan(cfg, {"model": "lstm", "backend": "aten"},
+        return execution.execute(job.plan(cfg, {"model": "lstm", "backend": "aten"},
                                     list(overrides)))
 
     off = run("bench.drift=false").environment

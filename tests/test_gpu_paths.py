@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rnnexp import config_check, job, platform
+from rnnexp import config_check, execution, job, platform
 from rnnexp.backends import jitflags
 from rnnexp.backends.scripting import UNFUSED
 from rnnexp.backends.torchscript import TensorExpr
@@ -120,7 +120,7 @@ def test_vendor_backend_refuses_when_its_kernel_did_not_run(cls, plat, kernel):
 
 
 def test_aten_records_the_rnn_kernels_that_ran():
-    result = job.execute(plan(["backend=aten", "model=lstm", *TINY]))
+    result = execution.execute(plan(["backend=aten", "model=lstm", *TINY]))
     ops = result.backend.details["rnn_ops"]
     assert ops and not {"aten::_cudnn_rnn", "aten::miopen_rnn"} & set(ops)
 
@@ -296,7 +296,7 @@ GPU_RUN = ["device=cuda", *TINY]
 
 
 def _run(*overrides):
-    return job.execute(plan([*overrides, *GPU_RUN]))
+    return execution.execute(plan([*overrides, *GPU_RUN]))
 
 
 @pytest.mark.gpu

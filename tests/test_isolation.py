@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from rnnexp import isolation, job, schedule, schema
+from rnnexp import execution, isolation, job, schedule, schema
 from rnnexp.config_check import check
 from rnnexp.errors import JobCrashed
 
@@ -26,7 +26,7 @@ def test_one_process_of_a_plain_backend_runs_in_the_job_process():
 
 
 def test_several_processes_give_the_between_process_interval():
-    result = job.execute(planned("bench.processes=3", "bench.iters=4"))
+    result = execution.execute(planned("bench.processes=3", "bench.iters=4"))
     assert result.status == "ok" and result.verification.status == "passed"
     total = result.phases["total"]
     assert total.processes == 3 and len(total.process_medians_ms) == 3
@@ -38,7 +38,7 @@ def test_several_processes_give_the_between_process_interval():
 
 
 def test_adaptive_stops_with_a_reason_and_records_its_interval():
-    result = job.execute(planned("bench=adaptive", "bench.budget_s=0", "bench.min_iters=6"))
+    result = execution.execute(planned("bench=adaptive", "bench.budget_s=0", "bench.min_iters=6"))
     # A zero budget stops after the first round of the first three processes at the latest.
     assert result.timing.stopped in ("precision", "spread", "drift", "budget")
     assert result.timing.processes == 3 and result.timing.block >= 1

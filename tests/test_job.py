@@ -1,6 +1,6 @@
 """One job from a validated config to a typed Result, in this process."""
 
-from rnnexp import job
+from rnnexp import execution, job
 from rnnexp.config_check import check
 from rnnexp.platform import Platform
 from rnnexp.results import Result
@@ -9,7 +9,7 @@ from rnnexp.results import Result
 def test_execute_records_verification_phases_and_what_ran(tmp_path):
     overrides = ["model=jit", "shape=small", "bench=quick", "device=cpu"]
     (cfg,) = check(overrides, multirun=False)
-    result = job.execute(job.plan(cfg, {"model": "jit", "backend": "auto"}, overrides))
+    result = execution.execute(job.plan(cfg, {"model": "jit", "backend": "auto"}, overrides))
     assert result.status == "ok" and result.verification.status == "passed"
     fwd, bwd = result.phases["forward"], result.phases["backward"]
     assert fwd.n == bwd.n == 3 and len(fwd.samples_ms) == 3

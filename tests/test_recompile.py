@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from rnnexp import job
+from rnnexp import execution, job
 from rnnexp.backends.scripting import UNFUSED, ScriptedRun
 from rnnexp.config_check import check
 from rnnexp.results import OK, RECOMPILED, Result
@@ -14,7 +14,7 @@ from tests.conftest import TINY, load_results
 
 def _execute(overrides: list[str], choices: dict[str, str]) -> Result:
     (cfg,) = check(overrides, multirun=False)
-    return job.execute(job.plan(cfg, choices, overrides))
+    return execution.execute(job.plan(cfg, choices, overrides))
 
 
 @pytest.mark.slow
