@@ -66,8 +66,9 @@ def _plain(loader: ConfigLoaderImpl, override: Override) -> bool:
 def load(loader: ConfigLoaderImpl, config_name: str, overrides: Sequence[str]) -> DictConfig:
     """What `loader.load_configuration(config_name, overrides, RunMode.RUN)` returns."""
     parsed = OverridesParser.create().parse_overrides(list(overrides))
-    plain = [o for o in parsed if _plain(loader, o)]
-    choices = tuple(o.input_line for o in parsed if not _plain(loader, o))
+    is_plain = [_plain(loader, o) for o in parsed]
+    plain = [o for o, p in zip(parsed, is_plain, strict=True) if p]
+    choices = tuple(o.input_line for o, p in zip(parsed, is_plain, strict=True) if not p)
     key = (str(loader.get_search_path()), config_name, choices)
     name = JobRuntime.instance().get("name")
     base = _BASES.get(key)
