@@ -108,6 +108,7 @@ def _load_sweep_config(self: ConfigLoaderImpl, master_config: DictConfig,
 
 
 def install() -> None:
-    """Every launcher's per-job composition goes through `load` (they all call
-    load_sweep_config)."""
+    """Per-job compositions in this process go through `load`: the basic launcher's (the
+    default). Launchers that compose in their own worker processes (joblib, submitit) get
+    Hydra's own there."""
     ConfigLoaderImpl.load_sweep_config = _load_sweep_config  # type: ignore[method-assign]
