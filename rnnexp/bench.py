@@ -218,9 +218,11 @@ def fastrnns(rounds: int, tmp: Path, baseline: Path | None) -> None:
     for col in ("variant", "wall time", "÷ fixed", "measuring per job", "÷ fixed", "timed work",
                 "claimed ± (median job)", "interval kind", "stopped"):
         table.add_column(col, justify="right")
-    measuring = {name: float(np.nanmedian([measuring_s(r) for r in results[name]]))
-                 if any(np.isfinite([measuring_s(r) for r in results[name]])) else float("nan")
-                 for name in results}
+    measuring = {}
+    for name, res in results.items():
+        seconds = np.array([measuring_s(r) for r in res])
+        measuring[name] = float(np.nanmedian(seconds)) if np.isfinite(seconds).any() \
+            else float("nan")
     for name, _, _ in variants:
         res = results[name]
         wall = float(np.median(walls[name]))

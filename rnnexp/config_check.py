@@ -40,18 +40,22 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
+def _is_hydras(override: str) -> bool:
+    """One of Hydra's own overrides (hydra.*, hydra/launcher=...)."""
+    return override.lstrip("~+").startswith("hydra")
+
+
 def user_overrides(overrides: Sequence[str]) -> list[str]:
-    """The app's overrides: Hydra's own (hydra.*, hydra/launcher=...) are left to Hydra."""
-    return [o for o in overrides if not o.lstrip("~+").startswith("hydra")]
+    """The app's overrides: Hydra's own are left to Hydra."""
+    return [o for o in overrides if not _is_hydras(o)]
 
 
 def _hydra_overrides(overrides: Sequence[str]) -> list[str]:
-    """Hydra's own overrides (hydra.*, hydra/launcher=...), in command-line order, as the
-    sweep's config records them for its launcher; a sweep over one of Hydra's fields is left
-    to Hydra."""
+    """Hydra's own overrides, in command-line order, as the sweep's config records them for
+    its launcher; a sweep over one of Hydra's fields is left to Hydra."""
     parser = OverridesParser.create()
-    return [o for o in overrides if o not in user_overrides([o])
-            and not parser.parse_override(o).is_sweep_override()]
+    return [o for o in overrides
+            if _is_hydras(o) and not parser.parse_override(o).is_sweep_override()]
 
 
 def expand_jobs(overrides: Sequence[str], multirun: bool,

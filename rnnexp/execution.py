@@ -33,8 +33,8 @@ def execute(p: job.Plan, progress: Optional[Progress] = None) -> Result:
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     # This configuration's earlier runs here: how far its median moves between runs.
-    config = job.plain_config(cfg)
-    runs_key = drift.measurement(config, device_name(p.device, p.plat),
+    config, name = job.plain_config(cfg), device_name(p.device, p.plat)
+    runs_key = drift.measurement(config, name,
                                  cfg.bench.num_threads or torch.get_num_threads(),
                                  p.plat.torch_version, platform_mod.git_commit())
     runs_drift = drift.earlier(runs_key) if cfg.bench.drift else drift.UNKNOWN
@@ -60,7 +60,7 @@ def execute(p: job.Plan, progress: Optional[Progress] = None) -> Result:
         status=status,
         reason=reason,
         device=str(p.device),
-        device_name=device_name(p.device, p.plat),
+        device_name=name,
         dtype=cfg.dtype.value,
         backend=BackendInfo.from_json(m.backend),
         verification=verification,

@@ -9,8 +9,9 @@ processes, up to `bench.max_processes`, until the between-process interval
 (stats.between_processes: where a new run's median is expected to fall) lies within
 ±precision of its center — or until the spread between the processes shows that the most
 processes allowed could not get there (t(k−1)·s·√(1+1/k) at k = max_processes is wider than
-the target: stopped = "spread"), or
-`bench.budget_s` runs out. The reported interval then says how precise it got. One process of a
+the target: stopped = "spread"), or the configuration's drift between its earlier runs
+(rnnexp.drift) alone is wider than the target (stopped = "drift"), or `bench.budget_s` runs
+out. The reported interval then says how precise it got. One process of a
 backend that needs no isolation runs in the job's own process; every other process is a
 worker (rnnexp.isolation).
 
