@@ -25,12 +25,11 @@ from rnnexp import (
     compositions,
     config_check,
     credentials,
+    execution,
     exit_codes,
     isolation,
     job,
     placement,
-    preemption,
-    runner,
     schedule,
     schema,
     signals,
@@ -124,19 +123,19 @@ def run_job(cfg: DictConfig) -> str:
         if not multirun:
             discard(output_dir)
         fail(str(err))
-    preemption.install()  # the scheduler's signals stop the measurement, not the recording
+    signals.stop_job_on_scheduler()  # they stop the measurement, not the recording
     try:
         try:
             try:
                 with device_lock, RichProgress(name) as progress:
-                    result = runner.run(config, choices, overrides, progress, output_dir,
+                    result = execution.run(config, choices, overrides, progress, output_dir,
                                         planned=_PLANS.pop(config_check._key(overrides), None))
             finally:
-                preemption.settle()
-        except preemption.Killed as err:
+                signals.settle()
+        except signals.Killed as err:
             # Stopped by the scheduler: recorded KILLED with the reason; the sweep goes on.
             err_console.print(f"[red]{escape(str(err))}[/]", highlight=False)
-            result = runner.not_run(config, choices, overrides, err)
+            result = execution.not_run(config, choices, overrides, err)
         except RnnexpError as err:
             if isinstance(err, JobCrashed):
                 report_crash(name, err)
@@ -147,14 +146,14 @@ def run_job(cfg: DictConfig) -> str:
                 # In a sweep, a combination that cannot run is reported and the sweep goes on.
                 err_console.print(f"[yellow]declined:[/] {escape(str(err))}", highlight=False,
                                   soft_wrap=True)
-            result = runner.not_run(config, choices, overrides, err)
+            result = execution.not_run(config, choices, overrides, err)
         except Exception as err:  # a crash outside the job proper (planning, a backend)
             report_crash(name, err)
-            result = runner.not_run(config, choices, overrides, err)
+            result = execution.not_run(config, choices, overrides, err)
         publish(targets, result, output_dir, sweep)
     except (KeyboardInterrupt, Interrupted) as err:
         # Recorded KILLED (the sweep's parent too); the console shows the one line below.
-        killed = runner.not_run(config, choices, overrides, err)
+        killed = execution.not_run(config, choices, overrides, err)
         publish(targets, killed, output_dir, sweep)
         if sweep is not None:
             for sink in targets:

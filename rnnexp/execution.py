@@ -1,28 +1,35 @@
-"""A planned job (rnnexp.job) measured — built, verified and timed in one or more processes
-(rnnexp.schedule) — and summarised in its Result, with the drift between the
-configuration's earlier runs (rnnexp.drift) in its interval."""
+"""One job from its plan (rnnexp.job) to its Result: `run` measures it — built, verified and
+timed in one or more processes (rnnexp.schedule) — with the drift between the
+configuration's earlier runs (rnnexp.drift) in its interval; `not_run` is the record of a job
+that was declined, crashed or was interrupted."""
 
 from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Optional
 
 import torch
 
-from rnnexp import drift, environment, job, schedule
+from rnnexp import drift, environment, job, memory, roofline, schedule
 from rnnexp import platform as platform_mod
 from rnnexp.device import device_name
+from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
 from rnnexp.results import (
+    CRASHED,
+    INTERRUPTED,
     INVALID,
     OK,
     RECOMPILED,
+    UNSUPPORTED,
     BackendInfo,
     Result,
     TimingInfo,
     phase_stats,
     without_rates,
 )
+from rnnexp.schema import Config
 from rnnexp.timing import Progress
 from rnnexp.verify import Verification
 
@@ -84,3 +91,41 @@ def execute(p: job.Plan, progress: Optional[Progress] = None) -> Result:
         drift.record(runs_key, {name: phase.median_ms for name, phase in phases.items()
                                 if phase.timed})
     return result
+
+
+def run(cfg: Config, choices: dict[str, str], overrides: list[str],
+        progress: Optional[Progress] = None, output_dir: Optional[Path] = None,
+        planned: Optional[job.Plan] = None) -> Result:
+    """Raises RnnexpError (one line) when the job is refused before timing, JobCrashed (one
+    line) when it crashes. `planned`: the job's plan, if made already."""
+    planned = planned or job.plan(cfg, choices, overrides)
+    planned.output_dir = output_dir
+    try:
+        result = execute(planned, progress=progress)
+    except RnnexpError:
+        raise
+    except Exception as err:  # one line for the record; an out-of-memory names the shape
+        raise JobCrashed(memory.crash_line(cfg.shape, err)) from err
+    result.git_commit = platform_mod.git_commit()
+    if cfg.bench.roofline:  # after timing, in this process: never inside a timed region
+        result.roofline = roofline.of_result(result)
+    return result
+
+
+def not_run(cfg: Config, choices: dict[str, str], overrides: list[str],
+            err: BaseException) -> Result:
+    """The record of a job that was declined, crashed or interrupted."""
+    if isinstance(err, KeyboardInterrupt):
+        # Ctrl-C, or the scheduler's signal (rnnexp.signals.Killed) with its reason
+        status, reason = INTERRUPTED, str(err) or "interrupted (SIGINT)"
+    elif isinstance(err, Interrupted):
+        status, reason = INTERRUPTED, f"interrupted ({signal_name(err.signum)})"
+    elif isinstance(err, RnnexpError) and not isinstance(err, JobCrashed):
+        status, reason = UNSUPPORTED, str(err)
+    elif isinstance(err, JobCrashed):
+        status, reason = CRASHED, str(err)
+    else:
+        status, reason = CRASHED, crash_line(err)
+    return Result(choices=dict(choices), overrides=list(overrides),
+                  config=job.plain_config(cfg), status=status, reason=reason,
+                  platform=platform_mod.current(), git_commit=platform_mod.git_commit())

@@ -1,7 +1,7 @@
 """`python -m rnnexp.matrix`: which model × backend combinations run on this machine.
 
 Each cell comes from composing that combination like the CLI does and calling `job.plan`,
-the same checks the runner makes before timing — there is no second table to keep in sync.
+the same checks every job makes before timing — there is no second table to keep in sync.
 Refusals found only by trying (e.g. inductor on a model dynamo cannot capture) show up when
 the job runs, not here.
 """
