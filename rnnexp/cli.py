@@ -232,12 +232,12 @@ def main() -> None:
         _hydra_errors_in_one_line()
         hydra_main()
     except (KeyboardInterrupt, Interrupted) as err:
-        signum = err.signum if isinstance(err, Interrupted) else 2
+        signum = signals.signum_of(err)
         if not getattr(err, "recorded", False):  # outside any job: end the sweep's parent
             callback.abort_active(Result(choices={}, overrides=[], config={},
                                          status=INTERRUPTED,
                                          reason=f"interrupted ({signal_name(signum)})"))
         print_error(f"interrupted by {signal_name(signum)} — the current run is recorded "
                     f"as killed")
-        sys.exit(signals.exit_code(err))
+        sys.exit(exit_codes.for_signal(signum))
     sys.exit(exit_codes.pending())

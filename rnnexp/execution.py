@@ -41,9 +41,10 @@ def execute(p: job.Plan, progress: Optional[Progress] = None) -> Result:
     t0 = time.perf_counter()
     # This configuration's earlier runs here: how far its median moves between runs.
     config, name = job.plain_config(cfg), device_name(p.device, p.plat)
+    commit = platform_mod.git_commit()
     runs_key = drift.measurement(config, name,
                                  cfg.bench.num_threads or torch.get_num_threads(),
-                                 p.plat.torch_version, platform_mod.git_commit())
+                                 p.plat.torch_version, commit)
     runs_drift = drift.earlier(runs_key) if cfg.bench.drift else drift.UNKNOWN
     m = schedule.measure(p, progress, runs_drift)
     ready, env = m.ready, m.environment
@@ -75,6 +76,7 @@ def execute(p: job.Plan, progress: Optional[Progress] = None) -> Result:
         # Samples and statistics stay for diagnosis; rates only for a valid timing.
         phases=phases if status == OK else without_rates(phases),
         platform=p.plat,
+        git_commit=commit,
         timing=TimingInfo(clock=ready.clock, warmup=cfg.bench.warmup, iters=cfg.bench.iters,
                           timed_iters=sum(len(s.forward_ms) for s in m.per_process),
                           precision=cfg.bench.precision, threads=ready.threads,
@@ -106,7 +108,6 @@ def run(cfg: Config, choices: dict[str, str], overrides: list[str],
         raise
     except Exception as err:  # one line for the record; an out-of-memory names the shape
         raise JobCrashed(memory.crash_line(cfg.shape, err)) from err
-    result.git_commit = platform_mod.git_commit()
     if cfg.bench.roofline:  # after timing, in this process: never inside a timed region
         result.roofline = roofline.of_result(result)
     return result

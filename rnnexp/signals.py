@@ -46,9 +46,9 @@ def install() -> None:
         signal.signal(signum, _handler)
 
 
-def exit_code(err: BaseException) -> int:
-    """128 + the signal's number, for an Interrupted or a KeyboardInterrupt."""
-    return exit_codes.for_signal(err.signum if isinstance(err, Interrupted) else signal.SIGINT)
+def signum_of(err: BaseException) -> int:
+    """The signal that ended the run: an Interrupted's, or SIGINT for a KeyboardInterrupt."""
+    return err.signum if isinstance(err, Interrupted) else signal.SIGINT
 
 
 class Killed(KeyboardInterrupt):
