@@ -18,9 +18,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# editable_mode=compat: the project folder goes on sys.path by a .pth file, so Hydra's plugin
+# scan finds rnnexp's launcher in the hydra_plugins namespace (it walks folders, not the
+# import hooks of setuptools' default editable mode).
 install: $(BIN)/python  ## create .venv and install rnnexp (editable) with test tools
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
 
 test:  ## run the test suite (CPU; GPU tests skip without a GPU)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

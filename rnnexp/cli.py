@@ -11,6 +11,7 @@ import sys
 import threading
 import traceback
 from pathlib import Path
+from typing import Optional
 
 import hydra
 from hydra._internal import utils as hydra_utils
@@ -29,6 +30,7 @@ from rnnexp import (
     exit_codes,
     isolation,
     job,
+    launch,
     placement,
     schedule,
     schema,
@@ -96,7 +98,9 @@ def report_crash(name: str, err: BaseException) -> None:
                       soft_wrap=True)
 
 
-def run_job(cfg: DictConfig) -> str:
+def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
+    """The task function. `outcome`: the job's Result (or the error that stopped it) when
+    rnnexp's launcher measured it already, with the sweep's other jobs (rnnexp.launch)."""
     # What the sweep set up lives as long as it: the automatic full collections between jobs
     # skip it (one cost 0.3 s in a 16-job sweep).
     timing.freeze_once()
@@ -127,9 +131,13 @@ def run_job(cfg: DictConfig) -> str:
     try:
         try:
             try:
-                with device_lock, RichProgress(name) as progress:
-                    result = execution.run(config, choices, overrides, progress, output_dir,
-                                        planned=_PLANS.pop(config_check._key(overrides), None))
+                if outcome is not None:
+                    result = launch.outcome_of(outcome)
+                else:
+                    with device_lock, RichProgress(name) as progress:
+                        result = execution.run(
+                            config, choices, overrides, progress, output_dir,
+                            planned=_PLANS.pop(config_check._key(overrides), None))
             finally:
                 signals.settle()
         except signals.Killed as err:

@@ -42,7 +42,7 @@ PHASES = ("forward", "backward", "total")
 # Options that decide how long or how a configuration is measured, not what: runs that
 # differ only in these are reruns of one measurement.
 NOT_MEASURED = ("resume", "sinks")
-BENCH_MEASURED = ("backward", "num_threads", "block_ms")
+BENCH_MEASURED = ("backward", "num_threads", "block_ms", "python")
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ that was declined, crashed or was interrupted."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -34,19 +35,40 @@ from rnnexp.timing import Progress
 from rnnexp.verify import Verification
 
 
+@dataclass
+class History:
+    """A configuration's earlier runs on this machine (rnnexp.drift): how far its median moves
+    between runs, which the interval and the stopping rule include."""
+
+    key: dict
+    drift: drift.Drift
+    commit: str
+    device_name: str
+
+    @classmethod
+    def of(cls, p: job.Plan) -> History:
+        cfg = p.cfg
+        config, name = job.plain_config(cfg), device_name(p.device, p.plat)
+        commit = platform_mod.git_commit()
+        key = drift.measurement(config, name, cfg.bench.num_threads or torch.get_num_threads(),
+                                p.plat.torch_version, commit)
+        return cls(key, drift.earlier(key) if cfg.bench.drift else drift.UNKNOWN, commit, name)
+
+
 def execute(p: job.Plan, progress: Optional[Progress] = None) -> Result:
     """Measure the planned job in its process(es) (rnnexp.schedule) and make its Result."""
-    cfg = p.cfg
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
-    # This configuration's earlier runs here: how far its median moves between runs.
-    config, name = job.plain_config(cfg), device_name(p.device, p.plat)
-    commit = platform_mod.git_commit()
-    runs_key = drift.measurement(config, name,
-                                 cfg.bench.num_threads or torch.get_num_threads(),
-                                 p.plat.torch_version, commit)
-    runs_drift = drift.earlier(runs_key) if cfg.bench.drift else drift.UNKNOWN
-    m = schedule.measure(p, progress, runs_drift)
+    history = History.of(p)
+    m = schedule.measure(p, progress, history.drift)
+    return conclude(p, m, history, started, time.perf_counter() - t0)
+
+
+def conclude(p: job.Plan, m: schedule.Measured, history: History, started: datetime,
+             duration_s: float) -> Result:
+    """The Result of a measured job (statistics, flags, status), which joins the
+    configuration's history when it is a valid run on a machine not flagged busy."""
+    cfg, runs_drift = p.cfg, history.drift
     ready, env = m.ready, m.environment
     verification = ready.verification or Verification("skipped", detail="not verified")
     phases = phase_stats(m.pooled(), ready.work, ready.no_backward_reason,
@@ -64,34 +86,43 @@ def execute(p: job.Plan, progress: Optional[Progress] = None) -> Result:
     result = Result(
         choices=p.choices,
         overrides=p.overrides,
-        config=config,
+        config=job.plain_config(cfg),
         status=status,
         reason=reason,
         device=str(p.device),
-        device_name=name,
+        device_name=history.device_name,
         dtype=cfg.dtype.value,
         backend=BackendInfo.from_json(m.backend),
         verification=verification,
         work=ready.work,
         # Samples and statistics stay for diagnosis; rates only for a valid timing.
         phases=phases if status == OK else without_rates(phases),
-        platform=p.plat,
-        git_commit=commit,
+        platform=ready.platform or p.plat,
+        git_commit=history.commit,
         timing=TimingInfo(clock=ready.clock, warmup=cfg.bench.warmup, iters=cfg.bench.iters,
                           timed_iters=sum(len(s.forward_ms) for s in m.per_process),
                           precision=cfg.bench.precision, threads=ready.threads,
                           block=ready.block, processes=len(m.per_process), stopped=m.stopped,
-                          budget_s=cfg.bench.budget_s, measure_s=m.wall_s, setup_s=m.setup_s,
+                          budget_s=cfg.bench.budget_s, interleaved=m.interleaving is not None,
+                          measure_s=m.wall_s, setup_s=m.setup_s,
                           verify_s=ready.verify_s, warmup_s=m.warmup_s, timed_s=m.timed_s),
         environment=env,
         started_at=started.isoformat(timespec="seconds"),
-        duration_s=time.perf_counter() - t0,
+        duration_s=duration_s,
         profile=m.profile,
+        interleaving=m.interleaving,
     )
     # A valid run on a machine not flagged busy joins the history the next run's interval uses.
     if cfg.bench.drift and status == OK and environment.BUSY not in env.flags:
-        drift.record(runs_key, {name: phase.median_ms for name, phase in phases.items()
-                                if phase.timed})
+        drift.record(history.key, {name: phase.median_ms for name, phase in phases.items()
+                                   if phase.timed})
+    return result
+
+
+def with_roofline(cfg: Config, result: Result) -> Result:
+    """After timing, in this process: never inside a timed region."""
+    if cfg.bench.roofline:
+        result.roofline = roofline.of_result(result)
     return result
 
 
@@ -108,9 +139,7 @@ def run(cfg: Config, choices: dict[str, str], overrides: list[str],
         raise
     except Exception as err:  # one line for the record; an out-of-memory names the shape
         raise JobCrashed(memory.crash_line(cfg.shape, err)) from err
-    if cfg.bench.roofline:  # after timing, in this process: never inside a timed region
-        result.roofline = roofline.of_result(result)
-    return result
+    return with_roofline(cfg, result)
 
 
 def not_run(cfg: Config, choices: dict[str, str], overrides: list[str],

@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing as mp
+import os
 import signal
+import subprocess
 import sys
+import tempfile
 import traceback
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import Any, Optional
 
 from rnnexp import errors, job, memory, timing
+from rnnexp import platform as platform_mod
 from rnnexp.measurer import Finished, Measurer, Ready, Round
 
 # Imported by the fork server before it forks a worker: torch, the measuring code and the
@@ -80,7 +85,49 @@ def _die_with_parent() -> None:
             pass
 
 
-def _serve(conn, planned: job.Plan, verify_model: bool) -> None:
+class _Foreign:
+    """A worker under another interpreter (bench.python), with the calls of a
+    multiprocessing Process that Worker uses."""
+
+    def __init__(self, python: str, child: Connection):
+        fd = child.fileno()
+        # Its own rnnexp and torch: nothing of this process's paths (PYTHONPATH, the current
+        # folder, which `python -m` puts first) may shadow them.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        self._popen = subprocess.Popen([python, "-m", "rnnexp.isolation", str(fd)],
+                                       pass_fds=[fd], cwd=tempfile.gettempdir(), env=env)
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        return self._popen.poll()
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def terminate(self) -> None:
+        self._popen.terminate()
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+
+def _foreign_main(fd: int) -> None:
+    """A worker under another interpreter: the plan comes over the inherited socket, and the
+    platform it reports is this interpreter's."""
+    conn = Connection(fd)
+    planned, verify_model = conn.recv()
+    planned.plat = platform_mod.current()
+    _serve(conn, planned, verify_model, foreign_platform=True)
+
+
+def _serve(conn, planned: job.Plan, verify_model: bool, foreign_platform: bool = False
+           ) -> None:
     """The worker's main: set up, then answer requests until told to finish."""
     # Ctrl-C reaches the whole process group; the job's process decides and ends this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -90,7 +137,10 @@ def _serve(conn, planned: job.Plan, verify_model: bool) -> None:
     timing.freeze_once()
     measurer = Measurer(planned, verify_model=verify_model)
     try:
-        conn.send(("ok", measurer.setup()))
+        ready = measurer.setup()
+        if foreign_platform:
+            ready.platform = planned.plat
+        conn.send(("ok", ready))
         while True:
             request = conn.recv()
             if request[0] == "round":
@@ -116,6 +166,12 @@ class Worker:
         ctx = _context()
         self._finished = False
         self._conn, child = ctx.Pipe()
+        python = planned.cfg.bench.python
+        if job.foreign(python):
+            self._proc: Any = _Foreign(str(python), child)
+            child.close()
+            self._conn.send((planned, verify_model))
+            return
         self._proc = ctx.Process(target=_serve, args=(child, planned, verify_model),
                                  daemon=True)
         _start(self._proc)
@@ -178,3 +234,7 @@ def terminate(proc) -> None:
         proc.kill()
         proc.join(timeout=5)
 
+
+
+if __name__ == "__main__":  # a worker under another interpreter (bench.python)
+    _foreign_main(int(sys.argv[1]))

@@ -6,6 +6,11 @@ processes build the workload with `build_workload`.
 
 from __future__ import annotations
 
+import functools
+import os
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -17,6 +22,7 @@ from rnnexp import memory, targets
 from rnnexp import platform as platform_mod
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, resolve_device, torch_dtype
+from rnnexp.errors import ConfigError
 from rnnexp.schema import Config
 from rnnexp.workload import Workload, WorkloadSpec
 
@@ -43,10 +49,43 @@ def build_workload(cfg: Config, spec: WorkloadSpec) -> Workload:
     return targets.call("model.build", cfg.model.build, spec)
 
 
+def foreign(python: Optional[str]) -> bool:
+    """`python` (bench.python) is another interpreter than this process's."""
+    if not python:
+        return False
+    # Not resolved: a venv's python is a link to the base interpreter, yet its own
+    # environment (the pyvenv.cfg beside it).
+    return os.path.abspath(python) != os.path.abspath(sys.executable)
+
+
+@functools.cache
+def check_python(python: str) -> str:
+    """The torch version of another interpreter (bench.python) that can run rnnexp's
+    workers; ConfigError in one line when it cannot."""
+    hint = "a Python interpreter of an environment with rnnexp installed, e.g. " \
+           "/path/to/checkout/.venv/bin/python"
+    if not (Path(python).is_file() and os.access(python, os.X_OK)):
+        raise ConfigError("bench.python", f"{python} is not an executable file", hint)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    try:
+        probe = subprocess.run([python, "-c", "import rnnexp.isolation, torch; "
+                                "print(torch.__version__)"], capture_output=True, text=True,
+                               cwd=tempfile.gettempdir(), env=env, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise ConfigError("bench.python", f"{python} did not start ({err})", hint) from None
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError("bench.python", f"{python} cannot import rnnexp and torch "
+                          f"({last})", hint)
+    return probe.stdout.strip()
+
+
 def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
          plat: Optional[platform_mod.Platform] = None) -> Plan:
     """Everything decided before timing; raises UnsupportedError/ConfigError with a reason."""
     plat = plat or platform_mod.current()
+    if foreign(cfg.bench.python):
+        check_python(str(cfg.bench.python))
     device = resolve_device(cfg.device, plat)
     check_model_placement(choices.get("model", "?"), cfg.model, device, cfg.dtype, plat)
     backend = make_backend(cfg, plat, device)

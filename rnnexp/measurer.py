@@ -15,6 +15,7 @@ from typing import Any, Optional
 import torch
 
 from rnnexp import job, profiling
+from rnnexp.platform import Platform
 from rnnexp.profiling import ProfileInfo
 from rnnexp.timing import Samples, Timer, block_for, clock_for
 from rnnexp.verify import Verification, verify
@@ -37,6 +38,9 @@ class Ready:
     setup_s: float = 0.0
     verify_s: float = 0.0
     warmup_s: float = 0.0
+    # The interpreter's platform, when a worker ran under another one than the job's
+    # (bench.python): its torch and device versions are the measurement's.
+    platform: Optional[Platform] = None
 
 
 @dataclass

@@ -54,8 +54,8 @@ def launch_of(launcher: Mapping[str, Any], jobs: int, cores: int) -> Launch:
     if target.endswith("submitit_launcher.SlurmLauncher"):
         # Each job its own allocation: nothing shared but the node's other tenants.
         return Launch("submitit_slurm", 1, launcher.get("cpus_per_task"))
-    if target.endswith("BasicLauncher") or not target:
-        return Launch("basic")
+    if target.endswith(("BasicLauncher", "RnnexpLauncher")) or not target:
+        return Launch("basic")  # one job's timing at a time
     return Launch(target.rsplit(".", 1)[-1])
 
 

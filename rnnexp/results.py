@@ -97,6 +97,10 @@ class PhaseStats:
     # relative spread over the configuration's earlier runs); null: not known, or
     # bench.drift=false.
     between_drift: Optional[float] = None
+    # Measured in a sweep's interleaved rounds (rnnexp.interleave): the median of each
+    # process's samples in each round of its window, [process][round], null where that
+    # process took no sample in that round. Jobs of one window pair up by round.
+    rounds_ms: list[list[Optional[float]]] = field(default_factory=list)
     samples_ms: list[float] = field(default_factory=list)
     # Set instead of everything above when the phase was not timed, with the reason.
     not_applicable: Optional[str] = None
@@ -124,8 +128,11 @@ class PhaseStats:
     @classmethod
     def of(cls, values: Sequence[float], *, tokens: int, flops: float, nbytes: float,
            per_process: Sequence[Sequence[float]] = (), drift: Optional[float] = None,
-           drift_runs: int = 0) -> PhaseStats:
+           drift_runs: int = 0, rounds: Sequence[Sequence[int]] = ()) -> PhaseStats:
+        """`rounds`: the interleaved round of each process's samples (empty: none)."""
         summary = stats.summarize(values)
+        if any(rounds):
+            summary["rounds_ms"] = stats.round_medians(per_process, rounds)
         if len(per_process) > 1:
             medians = [stats.median(v) for v in per_process]
             interval = stats.between_processes(medians, drift=drift, drift_runs=drift_runs)
@@ -178,6 +185,9 @@ class TimingInfo:
     processes: int = 1
     stopped: str = ""
     budget_s: Optional[float] = None
+    # Whether the samples were taken in a sweep's interleaved rounds, and if not, why not
+    # (one job alone, or a launcher that runs jobs one after the other or in parallel).
+    interleaved: bool = False
     measure_s: Optional[float] = None
     setup_s: Optional[float] = None
     verify_s: Optional[float] = None
@@ -186,6 +196,17 @@ class TimingInfo:
 
 
 PHASES = ("forward", "backward", "total")
+
+
+@dataclass
+class Interleaving:
+    """The jobs whose samples were taken in the same interleaved rounds as this one's
+    (rnnexp.interleave): they saw the same machine, round by round, and compare paired."""
+
+    window: str = ""  # unique: the sweep's id and the window's number
+    jobs: list[int] = field(default_factory=list)  # their job numbers in the sweep
+    rounds: int = 0  # rounds the window ran
+    seed: int = 0  # the seed of the rounds' random visiting orders
 
 
 @dataclass
@@ -238,6 +259,7 @@ class Result:
     schema: int = SCHEMA_VERSION
     # bench.profile=true: the trace file and the top operators (rnnexp/profiling.py).
     profile: Optional[ProfileInfo] = None
+    interleaving: Optional[Interleaving] = None
 
     @property
     def label(self) -> str:
@@ -273,6 +295,7 @@ class Result:
             "git_commit": self.git_commit, "started_at": self.started_at,
             "duration_s": self.duration_s, "schema": self.schema,
             **({"profile": asdict(self.profile)} if self.profile else {}),
+            **({"interleaving": asdict(self.interleaving)} if self.interleaving else {}),
         }
 
     @classmethod
@@ -300,6 +323,8 @@ class Result:
                             if data.get("environment") else None),
             "roofline": (_from_dict(Roofline, data["roofline"]) if data.get("roofline")
                          else None),
+            "interleaving": (_from_dict(Interleaving, data["interleaving"])
+                             if data.get("interleaving") else None),
             "schema": SCHEMA_VERSION,
         })
 
@@ -321,7 +346,8 @@ def phase_stats(samples: Samples, work: Work, no_backward_reason: str = "",
     drift between runs, `drift`, from `drift_runs` earlier runs, when known)."""
 
     def between(phase: str) -> dict[str, Any]:
-        return dict(drift=drift.get(phase), drift_runs=drift_runs)
+        return dict(drift=drift.get(phase), drift_runs=drift_runs,
+                    rounds=[s.rounds for s in per_process])
 
     phases = {"forward": PhaseStats.of(samples.forward_ms, tokens=work.tokens,
                                        flops=work.flops_fwd, nbytes=work.bytes_fwd,

@@ -31,6 +31,7 @@ from rnnexp.drift import UNKNOWN, Drift
 from rnnexp.environment import Environment
 from rnnexp.measurer import Finished, Measurer, Ready, Round
 from rnnexp.profiling import ProfileInfo
+from rnnexp.results import Interleaving
 from rnnexp.schema import BenchConfig, Config
 from rnnexp.timing import Progress, Samples
 
@@ -70,6 +71,8 @@ class Measured:
     environment: Optional[Environment] = None  # the machine around the timed samples
     recompiled: str = ""  # what some process compiled while timed ("" if none did)
     profile: Optional[ProfileInfo] = None
+    # Set when the samples were taken in a sweep's interleaved rounds (rnnexp.interleave).
+    interleaving: Optional[Interleaving] = None
 
     def pooled(self) -> Samples:
         pooled = Samples(block=self.ready.block)
@@ -79,8 +82,9 @@ class Measured:
 
 
 def _in_workers(isolate: bool, bench: BenchConfig) -> bool:
-    """Workers measure a job whose backend isolates or that several processes measure."""
-    return isolate or max_processes(bench) > 1
+    """Workers measure a job whose backend isolates, that several processes measure, or
+    that another interpreter measures (bench.python)."""
+    return isolate or max_processes(bench) > 1 or job.foreign(bench.python)
 
 
 def in_job_process(planned: job.Plan) -> bool:

@@ -112,6 +112,14 @@ class BenchConfig:
     round_ms: float = 50.0
     # Stop measuring after this many seconds (wall, all processes), precise or not. null: none.
     budget_s: Optional[float] = None
+    # A sweep under rnnexp's launcher measures its configurations in interleaved rounds
+    # (rnnexp.interleave), at most this many at once (fewer when memory says so).
+    window: int = 8
+    # The Python interpreter whose worker processes measure this configuration (a venv or
+    # checkout with rnnexp installed, e.g. another torch build); null: this one. A sweep
+    # over it (bench.python=/a/bin/python,/b/bin/python) is an A/B of two environments,
+    # measured interleaved.
+    python: Optional[str] = None
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "warmup")
@@ -119,7 +127,7 @@ class BenchConfig:
             raise ConfigError("quiet_timeout_s", f"must be > 0, got {self.quiet_timeout_s}",
                               "seconds to wait for a quiet machine under bench.quiet=wait")
         _at_least(self, 1, "iters", "num_threads", "profile_iters", "processes",
-                  "max_processes")
+                  "max_processes", "window")
         for name in ("block_ms", "round_ms", "budget_s"):
             value = getattr(self, name)
             if value is not None and value < 0:

@@ -60,6 +60,20 @@ def median_ci(samples_ms: Sequence[float], confidence: float = CONFIDENCE
     return low, high
 
 
+def round_medians(per_process: Sequence[Sequence[float]],
+                  rounds: Sequence[Sequence[int]]) -> list[list[Optional[float]]]:
+    """[process][round]: the median of each process's samples taken in each interleaved
+    round (None where it took none), rounds 0 .. the last any process took a sample in."""
+    last = max((max(r) for r in rounds if len(r)), default=-1)
+    out: list[list[Optional[float]]] = []
+    for values, tags in zip(per_process, rounds, strict=True):
+        by_round: dict[int, list[float]] = {}
+        for v, r in zip(values, tags, strict=True):
+            by_round.setdefault(r, []).append(v)
+        out.append([median(by_round[r]) if r in by_round else None for r in range(last + 1)])
+    return out
+
+
 def precise_enough(samples_ms: Sequence[float], relative: float) -> bool:
     """True once the median's confidence interval lies within ±relative of the median."""
     low, high = median_ci(samples_ms)

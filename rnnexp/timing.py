@@ -122,6 +122,9 @@ class Samples:
     forward_ms: list[float] = field(default_factory=list)
     backward_ms: list[float] = field(default_factory=list)
     block: int = 1
+    # The interleaved round each sample was taken in (rnnexp.interleave); empty when the
+    # samples were not taken in a sweep's interleaved rounds.
+    rounds: list[int] = field(default_factory=list)
 
     @property
     def total_ms(self) -> list[float]:
@@ -132,7 +135,13 @@ class Samples:
     def extend(self, other: Samples) -> None:
         self.forward_ms.extend(other.forward_ms)
         self.backward_ms.extend(other.backward_ms)
+        self.rounds.extend(other.rounds)
         self.block = other.block
+
+    def in_round(self, index: int) -> Samples:
+        """These samples, tagged as taken in interleaved round `index`."""
+        self.rounds = [index] * len(self.forward_ms)
+        return self
 
 
 def block_for(iteration_ms: float, block_ms: float) -> int:

@@ -1,0 +1,75 @@
+"""rnnexp's launcher: Hydra's public Launcher API around rnnexp.launch.
+
+Hydra finds launchers in the `hydra_plugins` namespace; this module only adapts the API —
+what a sweep's jobs go through is rnnexp.launch's. Each job is composed through the
+`hydra_context` Hydra gives the launcher, its folder made and its task function run by
+Hydra's own `run_job`, as the basic launcher does; before that, the jobs' configurations are
+measured together, in interleaved rounds.
+"""
+
+# No `from __future__ import annotations`: Hydra scans this module without registering it
+# in sys.modules, and dataclasses then cannot resolve string annotations.
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+
+@dataclass
+class RnnexpLauncherConf:
+    _target_: str = "hydra_plugins.rnnexp_launcher.rnnexp_launcher.RnnexpLauncher"
+    # false: the jobs one after the other, each measured on its own (as Hydra's basic
+    # launcher), with no pairing between them.
+    interleave: bool = True
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="rnnexp", node=RnnexpLauncherConf,
+                             provider="rnnexp")
+
+
+class RnnexpLauncher(Launcher):
+    def __init__(self, interleave: bool = True) -> None:
+        self.interleave = interleave
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.task_function: Optional[TaskFunction] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]],
+               initial_job_idx: int) -> Sequence[JobReturn]:
+        from rnnexp import launch  # the app's own code, imported when a sweep runs
+
+        assert self.config is not None and self.hydra_context is not None
+        assert self.task_function is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        configs = []
+        for num, overrides in enumerate(job_overrides, start=initial_job_idx):
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config,
+                                                                     list(overrides))
+            with open_dict(cfg):
+                cfg.hydra.job.id = num
+                cfg.hydra.job.num = num
+            configs.append(cfg)
+        outcomes = launch.measure_sweep(configs) if self.interleave else {}
+        returns = []
+        for cfg in configs:
+            task = self.task_function
+            outcome = outcomes.get(cfg.hydra.job.num)
+            if outcome is not None:
+                task = functools.partial(task, outcome=outcome)
+            returns.append(run_job(hydra_context=self.hydra_context, task_function=task,
+                                   config=cfg, job_dir_key="hydra.sweep.dir",
+                                   job_subdir_key="hydra.sweep.subdir"))
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return returns

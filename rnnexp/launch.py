@@ -1,0 +1,110 @@
+"""What rnnexp's Hydra launcher (hydra_plugins/rnnexp_launcher) does with a sweep's jobs
+before Hydra runs each: plan them all, measure those that can run in interleaved windows
+(rnnexp.interleave), and hand each job's Result — or the error that stopped it — to its task
+function, which records it like any other (rnnexp.cli.run_job).
+
+Jobs a resumed sweep skips, and jobs whose plan is refused, are not measured here: their
+task function says so as it does under any launcher.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from rnnexp import config_check, execution, interleave, job, schema, sinks
+from rnnexp.errors import RnnexpError
+from rnnexp.report import RichProgress, err_console
+from rnnexp.results import Result
+
+Outcome = Result | BaseException
+
+
+@dataclass
+class _Job:
+    num: int
+    plan: job.Plan
+    history: execution.History
+
+
+def job_parts(cfg: DictConfig) -> tuple[schema.Config, dict[str, str], list[str]]:
+    """A composed job's typed config (as the config check made it, when it ran here), group
+    choices and overrides."""
+    overrides = list(cfg.hydra.overrides.task)
+    choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
+    return config_check.validated(overrides) or schema.validate(cfg), choices, overrides
+
+
+def _output_dir(cfg: DictConfig) -> Path:
+    return Path(str(cfg.hydra.sweep.dir)) / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
+
+
+def measure_sweep(configs: Sequence[DictConfig]) -> dict[int, Outcome]:
+    """Job number → its Result or the error that stopped it, for every job measured or
+    refused here."""
+    if not configs:
+        return {}
+    sweep = sinks.Sweep.load(Path(str(configs[0].hydra.sweep.dir)).resolve())
+    skip = set(sweep.skip_jobs) if sweep else set()
+    outcomes: dict[int, Outcome] = {}
+    planned: list[_Job] = []
+    for cfg in configs:
+        num = int(cfg.hydra.job.num)
+        if num in skip:
+            continue
+        try:
+            config, choices, overrides = job_parts(cfg)
+            p = job.plan(config, choices, overrides)
+        except RnnexpError as err:
+            outcomes[num] = err
+            continue
+        p.output_dir = _output_dir(cfg)
+        planned.append(_Job(num, p, execution.History.of(p)))
+    windows = _windows(planned)
+    sweep_id = sweep.sweep_id if sweep else "sweep"
+    for w, members in enumerate(windows):
+        outcomes.update(_measure(members, f"{sweep_id}/{w}", w, len(windows)))
+    return outcomes
+
+
+def _windows(planned: list[_Job]) -> list[list[_Job]]:
+    windows, rest = [], list(planned)
+    while rest:
+        n = interleave.fits([j.plan for j in rest])
+        windows.append(rest[:n])
+        rest = rest[n:]
+    return windows
+
+
+def _measure(members: list[_Job], window: str, w: int, of: int) -> dict[int, Outcome]:
+    nums = [j.num for j in members]
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    err_console.print(f"interleaved: jobs {', '.join(map(str, nums))} measured together"
+                      + (f" (window {w + 1} of {of})" if of > 1 else ""),
+                      highlight=False, markup=False)
+    seed = int(time.time_ns() % (1 << 31))
+    with RichProgress(f"window {w + 1}/{of}") as progress:
+        measured = interleave.measure_window([j.plan for j in members],
+                                             [j.history.drift for j in members], window,
+                                             nums, seed, progress)
+    out: dict[int, Outcome] = {}
+    for j, m in zip(members, measured, strict=True):
+        if isinstance(m, BaseException):
+            out[j.num] = m
+            continue
+        result = execution.conclude(j.plan, m, j.history, started, time.perf_counter() - t0)
+        out[j.num] = execution.with_roofline(j.plan.cfg, result)
+    return out
+
+
+def outcome_of(outcome: Optional[Outcome]) -> Optional[Result]:
+    """The job's Result, or its error raised (as if it had been measured in the job)."""
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
