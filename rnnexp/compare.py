@@ -7,26 +7,33 @@ compares every run with the run of the same sweep that differs from it only in K
 exists and exactly one run matches, that run is the baseline for all). `--against SWEEP`
 compares every run with the run of the other sweep that measured the same configuration.
 
-Every cell gets the speedup (baseline median ÷ median) with a 95% bootstrap interval from
-the raw samples and a Mann-Whitney U test, Holm-corrected across all cells; a difference that
-is not significant or smaller than `--min-effect` shows as "~" (rnnexp.significance).
+KEY is any config field or group (`model`, `seed`, `shape.seq_len`, `bench.python`).
+
+Every cell gets the speedup (baseline ÷ candidate) with its 95% interval, judged at the unit
+of replication (rnnexp.significance): paired by round for jobs measured in the same
+interleaved window, run against run — between-process spread plus the drift between runs —
+otherwise; Holm-corrected across all cells. A cell is a speedup, "~" (the interval lies
+within ±`--min-effect`) or "cannot tell ±X%" (the interval is that wide here).
 `--fail-on-regression PCT` exits with code 3 when any cell is significantly slower than its
 baseline by PCT% or more, for CI gates.
-The fwd/bwd bar chart is saved (and logged to the sweep's parent run when it is in MLflow), and
-with `--roofline` the sweep's roofline chart (rnnexp.roofline_chart) too.
+The chart is saved (and logged to the sweep's parent run when it is in MLflow): with a
+baseline, both sides of every cell and the speedup; with `--roofline` the sweep's roofline
+chart (rnnexp.roofline_chart) too.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
 
 from rich.markup import escape
 from rich.table import Table
 
-from rnnexp import exit_codes, roofline_chart, significance, summary, sweeps
+from rnnexp import compare_chart, exit_codes, roofline_chart, significance, summary, sweeps
 from rnnexp.errors import RnnexpError
 from rnnexp.report import console, print_error, print_warning
 from rnnexp.results import OK, format_ms, label
@@ -101,29 +108,42 @@ def median(run: Run, phase: str) -> Optional[float]:
     return getattr(run.row, f"{phase}_median_ms")
 
 
+def _linked(key: str, field: str) -> bool:
+    """`field` is `key` or one of its sub-fields (model.hidden_size for model)."""
+    return field == key or field.startswith(key + ".")
+
+
 def parse_baseline(text: str, runs: list[Run]) -> tuple[str, str]:
+    """--baseline KEY=VALUE on any config field or group of the sweep."""
     key, sep, value = text.partition("=")
     if not sep or not key or not value:
-        raise RnnexpError(f"--baseline '{text}': expected KEY=VALUE, e.g. model=lstm")
-    keys = sorted({k for r in runs for k in r.row.choices})
-    if key not in keys:
-        raise RnnexpError(f"--baseline {key}: not a config group of this sweep — use one of "
-                          f"{', '.join(keys)}")
-    values = sorted({r.row.choices.get(key, "?") for r in runs})
-    if not any(r.row.choices.get(key) == value and r.row.fwd_median_ms is not None
-               for r in runs):
+        raise RnnexpError(f"--baseline '{text}': expected KEY=VALUE, e.g. model=lstm or "
+                          "shape.seq_len=20")
+    fields = sorted({k for r in runs for k in r.config})
+    if key not in fields:
+        varied = [k for k in fields if len({r.config.get(k) for r in runs}) > 1]
+        raise RnnexpError(f"--baseline {key}: not a config field of this sweep — "
+                          + (f"it varies in {', '.join(varied)}" if varied else
+                             "nothing varies in it") + _did_you_mean(key, fields))
+    values = sorted({r.config.get(key, "?") for r in runs})
+    if not any(r.config.get(key) == value and r.row.fwd_median_ms is not None for r in runs):
         raise RnnexpError(f"--baseline {text}: matches no timed run of this sweep — "
                           f"{key} was {', '.join(values)}")
     return key, value
 
 
+def _did_you_mean(key: str, fields: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, fields, n=1)
+    return f" — did you mean {close[0]}?" if close else ""
+
+
 def baselines_within(runs: list[Run], key: str, value: str) -> list[Optional[Run]]:
-    """Each run's baseline: the run that differs from it only in `key`."""
+    """Each run's baseline: the run that differs from it only in `key` (and its sub-fields)."""
     def rest(r: Run):
-        return tuple(sorted((k, v) for k, v in r.row.choices.items() if k != key))
+        return tuple(sorted((k, v) for k, v in r.config.items() if not _linked(key, k)))
 
     single = [r for r in runs if r.row.fwd_median_ms is not None and
-              r.row.choices.get(key) == value]
+              r.config.get(key) == value]
     base_of = {rest(r): r for r in single}
     return [base_of.get(rest(r)) or (single[0] if len(single) == 1 else None) for r in runs]
 
@@ -142,7 +162,7 @@ def match_keys(*groups: Sequence[Run]) -> list[str]:
 
 def baselines_across(runs: list[Run], base: list[Run]) -> list[Optional[Run]]:
     """Each run's counterpart in the baseline sweep (same values of the varying entries);
-    several counterparts (repeats) are pooled into one."""
+    several counterparts (repeats) count as more runs of one baseline."""
     keys = match_keys(runs, base)
 
     def key(r: Run):
@@ -152,31 +172,63 @@ def baselines_across(runs: list[Run], base: list[Run]) -> list[Optional[Run]]:
     for b in base:
         if b.row.status != OK:
             continue
-        if key(b) in found:  # pool repeats of one configuration
-            pooled = found[key(b)]
-            for p, values in b.samples.items():
-                pooled.samples[p] = pooled.samples.get(p, []) + list(values)
+        if key(b) in found:
+            found[key(b)].repeats.append(b)
         else:
-            found[key(b)] = Run(row=b.row, samples={p: list(v) for p, v in b.samples.items()},
-                                config=b.config)
+            found[key(b)] = b
     return [found.get(key(r)) for r in runs]
+
+
+def differs(runs: Sequence[Run], base: Sequence[Run]) -> list[str]:
+    """What two sweeps differ in: entries constant inside each but not the same in both, and
+    the torch and code versions."""
+    def constant(group: Sequence[Run]) -> dict[str, str]:
+        out = {}
+        for k in {k for r in group for k in r.config}:
+            values = {r.config.get(k) for r in group}
+            if len(values) == 1:
+                out[k] = values.pop()
+        for name, get in (("torch", lambda r: r.result.platform.torch_version
+                           if r.result.platform else ""),
+                          ("commit", lambda r: r.result.git_commit[:10])):
+            values = {get(r) for r in group}
+            if len(values) == 1:
+                out[name] = values.pop()
+        return out
+
+    a, b = constant(runs), constant(base)
+    return [f"{k}: {b[k]} → {a[k]}" for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
 
 
 Cells = dict[tuple[int, str], Difference]  # (run index, phase) → difference
 
 
-def judge(runs: list[Run], bases: list[Optional[Run]], min_effect: float) -> Cells:
+def difference(base: Run, run: Run, phase: str) -> Optional[Difference]:
+    """Paired by round when both were measured in the same interleaved window, else run
+    against run; None when a side has no timing for the phase."""
+    b, c = base.stats(phase), run.stats(phase)
+    if not (b.timed and c.timed):
+        return None
+    if base.window is not None and base.window == run.window and b.rounds_ms and c.rounds_ms:
+        return significance.paired(b.rounds_ms, c.rounds_ms)
+    base_level, run_level = base.level(phase), run.level(phase)
+    assert base_level is not None and run_level is not None
+    return significance.between_runs(base_level, run_level)
+
+
+def judge(runs: list[Run], bases: list[Optional[Run]], min_effect: float,
+          equivalence: Optional[float] = None) -> Cells:
     """Every timed run against its baseline, per phase, Holm-corrected across all cells."""
-    where, pairs = [], []
+    where, diffs = [], []
     for i, (run, base) in enumerate(zip(runs, bases, strict=True)):
         if base is None or base is run or run.row.status != OK or base.row.status != OK:
             continue
         for p, _ in PHASES:
-            a, b = base.samples.get(p) or [], run.samples.get(p) or []
-            if a and b:
+            d = difference(base, run, p)
+            if d is not None:
                 where.append((i, p))
-                pairs.append((a, b))
-    diffs = significance.judge(pairs, min_effect=min_effect) if pairs else []
+                diffs.append(d)
+    significance.decide(diffs, min_effect=min_effect, equivalence=equivalence)
     return dict(zip(where, diffs, strict=True))
 
 
@@ -184,45 +236,61 @@ ORDER = ("model", "backend", "shape", "device", "bench", "sinks")
 
 
 def varying(runs: list[Run]) -> list[str]:
-    keys = sorted({k for r in runs for k in r.row.choices},
+    """The config fields that tell the runs apart (groups first), at least one."""
+    keys = sorted({k for r in runs for k in r.config},
                   key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))
-    return [k for k in keys if len({r.row.choices.get(k) for r in runs}) > 1] or keys[:1]
+    vary = [k for k in keys if len({r.config.get(k) for r in runs}) > 1]
+    # A group's own sub-fields vary with it: the group names the row already.
+    groups = [k for k in vary if k in ORDER]
+    vary = [k for k in vary if not any(_linked(g, k) and g != k for g in groups)]
+    return vary or [k for k in keys if k in ORDER][:1]
+
+
+def caption(compared: bool) -> str:
+    text = "median ± IQR/2 in ms"
+    if compared:
+        text += ("; speedup = baseline ÷ candidate (>1: faster) with its 95% interval, "
+                 "paired by round for jobs measured interleaved, run against run (between-"
+                 "process spread + drift between runs) otherwise; Holm-corrected; ~ = the "
+                 "interval lies within ±min-effect; cannot tell ±X% = the interval is that "
+                 "wide here; ! = a run of this cell was flagged (busy, oversubscribed, high "
+                 "spread)")
+    return text
 
 
 def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, title: str,
-          keys: Sequence[str], against: Optional[str]) -> Table:
-    caption = "median ± IQR/2 in ms"
-    if bases is not None:
-        caption += ("; vs baseline: speedup = baseline median ÷ median (>1 is faster) with its "
-                    "95% interval; ~ = no significant difference of at least --min-effect "
-                    "(Mann-Whitney U, Holm-corrected); ! = a run of this cell was timed on a "
-                    "machine flagged busy, oversubscribed or with high spread")
-    t = Table(title=title, caption=caption)
+          keys: Sequence[str]) -> Table:
+    t = Table(title=title, caption=caption(bases is not None))
     for k in keys:
         t.add_column(k)
     for p, _ in PHASES:
-        if against:
-            t.add_column(f"{p} ms (baseline)", justify="right")
+        if bases is not None:
+            t.add_column(f"{p} baseline", justify="right")
         t.add_column(f"{p} ms", justify="right")
         if bases is not None:
-            t.add_column(f"{p} vs baseline", justify="right")
+            t.add_column(f"{p} speedup", justify="right")
     t.add_column("status")
     for i, r in enumerate(runs):
         base = bases[i] if bases is not None else None
-        row = [r.row.choices.get(k, "?") for k in keys]
+        row = [r.config.get(k, "?") for k in keys]
         for p, _ in PHASES:
-            if against:
-                row.append(format_ms(median(base, p), getattr(base.row, f"{p}_iqr_ms"))
+            if bases is not None:
+                row.append("(this run)" if base is r else
+                           format_ms(median(base, p), getattr(base.row, f"{p}_iqr_ms"))
                            if base else "no match")
             row.append(format_ms(median(r, p), getattr(r.row, f"{p}_iqr_ms")))
             if bases is not None:
                 d = cells.get((i, p))
                 mark = " !" if d and (flagged(r) or flagged(base)) else ""
                 row.append("base" if base is r else d.cell() + mark if d else "—")
-        status = "[green]ok[/]" if r.row.status == OK else \
-            f"[yellow]{escape(r.row.status)}[/]: {escape(r.row.reason)}"
-        t.add_row(*row, status)
+        t.add_row(*row, status_cell(r))
     return t
+
+
+def status_cell(r: Run) -> str:
+    if r.row.status != OK:
+        return f"[yellow]{escape(r.row.status)}[/]: {escape(r.row.reason)}"
+    return "[green]ok[/]" + (f" [yellow]({escape(', '.join(r.flags))})[/]" if r.flags else "")
 
 
 def flagged(run: Optional[Run]) -> bool:
@@ -243,33 +311,59 @@ def regressions(runs: list[Run], cells: Cells, pct: float) -> list[str]:
         if d.verdict == "slower" and 100 * d.slowdown >= pct:
             lines.append(f"regression: {runs[i].row.label} {p} {100 * d.slowdown:.1f}% slower "
                          f"than its baseline (speedup {d.speedup:.3f}×, 95% interval "
-                         f"{d.low:.3f}–{d.high:.3f}, Holm-corrected p={d.p_holm:.2g})")
+                         f"{d.low:.3f}–{d.high:.3f}, {d.method}, Holm-corrected "
+                         f"p={d.p_holm:.2g})")
     return lines
+
+
+def how_judged(cells: Cells) -> str:
+    """One line: how many cells were judged which way, and why some could not be."""
+    methods = Counter(d.method for d in cells.values())
+    parts = [f"{n} {m}" for m, n in sorted(methods.items())]
+    reasons = Counter(d.why_not for d in cells.values() if d.why_not)
+    line = "cells judged: " + ", ".join(parts)
+    if reasons:
+        line += "; nothing said for " + "; ".join(f"{n} ({why})" for why, n in
+                                                   reasons.most_common())
+    if methods.get(significance.RUNS):
+        line += (" — runs measured at different times meet the machine's drift between "
+                 "runs: measure A and B in one interleaved sweep to resolve smaller "
+                 "differences (docs: comparing)")
+    return line
 
 
 def compare(args: argparse.Namespace) -> int:
     with store.http_limits():
         stores = Stores(args.tracking_uri, args.experiment)
         sweep = stores.load(args.sweep)
-        runs, bases = sweep.runs, None
+        runs, bases, base_runs = sweep.runs, None, None
         title = sweep.name
         if args.against:
             base_sweep = stores.load(args.against)
-            bases = baselines_across(runs, base_sweep.runs)
-            title = f"{sweep.name}  vs baseline  {base_sweep.name}"
+            base_runs = base_sweep.runs
+            bases = baselines_across(runs, base_runs)
+            what = differs(runs, base_runs)
+            title = (f"{sweep.name}  vs baseline  {base_sweep.name}  ("
+                     + ("; ".join(what) if what else "no config difference recorded") + ")")
         elif args.baseline:
             key, value = parse_baseline(args.baseline, runs)
             bases = baselines_within(runs, key, value)
-            title += f"  (baseline {key}={value})"
-        cells = judge(runs, bases, args.min_effect / 100) if bases is not None else {}
+            title += f"  (baseline {key}={value}; rows differ from it in {key})"
+        equivalence = (args.fail_on_regression or 0) / 100
+        cells = judge(runs, bases, args.min_effect / 100, equivalence) \
+            if bases is not None else {}
         keys = varying(runs)
-        console.print(table(runs, bases, cells, title, keys, args.against))
-        ok = [r.row for r in runs if r.row.status == OK]
-        png = args.output or Path("outputs/compare") / (
-            f"{sweep.run_id or Path(sweep.name).name or 'sweep'}.png")
+        console.print(table(runs, bases, cells, title, keys))
+        if cells:
+            console.print(how_judged(cells), highlight=False, markup=False)
+        ok = [r for r in runs if r.row.status == OK]
+        png = args.output or Path("outputs/compare") / chart_name(sweep, args)
         if ok:
-            summary.chart(ok, png, f"{title}: median ms",
-                          labels=[label(r.choices, keys) for r in ok])
+            if bases is not None:
+                compare_chart.draw(runs, bases, cells, keys, png, title)
+            else:
+                summary.chart([r.row for r in ok], png, f"{title}: median ms",
+                              labels=[label(r.config, keys) for r in ok])
             where = ""
             if sweep.run_id and stores.client is not None:
                 stores.client.log_artifact(sweep.run_id, str(png), "compare")
@@ -289,6 +383,16 @@ def compare(args: argparse.Namespace) -> int:
         if found:
             return EXIT_REGRESSION
     return 0
+
+
+def chart_name(sweep: Sweep, args: argparse.Namespace) -> str:
+    """What the chart shows, in its file name."""
+    name = Path(sweep.name.split("  ")[0]).name or "sweep"
+    if args.against:
+        name += f"-vs-{Path(str(args.against)).name}"
+    elif args.baseline:
+        name += f"-baseline-{args.baseline}"
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name) + ".png"
 
 
 def roofline_path(sweep: Sweep, chart: Path) -> Path:

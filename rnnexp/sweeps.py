@@ -1,27 +1,29 @@
-"""A sweep's runs with their raw per-iteration samples and configurations, from a results
-folder on disk (results.json files) or from the MLflow store (a sweep's parent run): what
-`rnnexp.compare` compares."""
+"""A sweep's runs — each its Result, read from a results folder on disk or from the
+results.json each job logged to the MLflow store (a sweep's parent run) — with their
+configurations: what `rnnexp.compare` compares."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from rnnexp import sinks
+from mlflow.exceptions import MlflowException
+
+from rnnexp import significance, sinks
 from rnnexp.errors import RnnexpError
-from rnnexp.results import Roofline, Row, label
+from rnnexp.results import RESULTS_FILE, PhaseStats, Result, Roofline, Row
 from rnnexp.sinks.mlflow import runs
 
 # Phases compared: table prefix → Result phase.
 PHASES = (("fwd", "forward"), ("bwd", "backward"))
-SERIES = {"fwd": "fwd_ms", "bwd": "bwd_ms"}  # the MLflow step series of the samples
 
 
 @dataclass
 class Run:
     row: Row
-    samples: dict[str, list[float]] = field(default_factory=dict)  # "fwd"/"bwd" → ms
+    result: Result
     # The resolved config flattened (shape.hidden_size, ...) and the group choices: what
     # decides which runs of two sweeps measure the same configuration.
     config: dict[str, str] = field(default_factory=dict)
@@ -30,6 +32,38 @@ class Run:
     # Where the run sits against its device's measured peaks, and that device and dtype.
     roofline: Optional[Roofline] = None
     where: str = ""
+    # Other runs of the same configuration (a baseline sweep's repeats): more runs of it.
+    repeats: list[Run] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, job: str, result: Result, run_id: Optional[str] = None) -> Run:
+        config = runs.flatten(result.config)
+        config.update({g: str(v) for g, v in result.choices.items()})
+        row = Row.of(job, result)
+        row.run_id = run_id or ""
+        return cls(row=row, result=result, config=comparable(config),
+                   flags=list(result.environment.flags) if result.environment else [],
+                   roofline=result.roofline,
+                   where=f"{result.device_name or result.device} {result.dtype}".strip())
+
+    @property
+    def window(self) -> Optional[str]:
+        """The interleaved window it was measured in (None: not interleaved)."""
+        return self.result.interleaving.window if self.result.interleaving else None
+
+    def stats(self, phase: str) -> PhaseStats:
+        return self.result.phase(dict(PHASES)[phase])
+
+    def level(self, phase: str) -> Optional[significance.Level]:
+        """Its level in a phase for a comparison between runs (None: not timed)."""
+        s = self.stats(phase)
+        if not s.timed:
+            return None
+        medians = [m for r in (self, *self.repeats) if r.stats(phase).timed
+                   for m in (r.stats(phase).process_medians_ms or [r.stats(phase).median_ms])]
+        env = self.result.environment
+        return significance.Level(process_medians_ms=medians, drift=s.between_drift,
+                                  drift_runs=env.drift_runs if env else 0)
 
 
 @dataclass
@@ -38,14 +72,6 @@ class Sweep:
     runs: list[Run]
     run_id: Optional[str] = None  # the MLflow parent run (charts are logged there)
     folder: Optional[Path] = None  # the sweep's folder, when it is on this machine
-
-
-def roofline_of_metrics(metrics: dict[str, float]) -> Optional[Roofline]:
-    """The roofline the MLflow sink logged as roofline_* metrics, if any."""
-    known = {f.name for f in fields(Roofline)}
-    found = {k[len("roofline_"):]: v for k, v in metrics.items() if k.startswith("roofline_")
-             and k[len("roofline_"):] in known}
-    return Roofline(**found) if found else None
 
 
 def comparable(flat: dict[str, str]) -> dict[str, str]:
@@ -61,17 +87,9 @@ def from_folder(folder: Path) -> Sweep:
     if not jobs:
         raise RnnexpError(f"{folder}: no results.json under this folder — name a run or "
                           "sweep folder from outputs/, or a sweep recorded in MLflow")
-    found = []
-    for path, result in jobs:
-        config = runs.flatten(result.config)
-        config.update({g: str(v) for g, v in result.choices.items()})
-        found.append(Run(row=Row.of(str(path.relative_to(folder)) or ".", result),
-                         samples={p: list(result.phase(name).samples_ms) for p, name in PHASES},
-                         config=comparable(config),
-                         flags=list(result.environment.flags) if result.environment else [],
-                         roofline=result.roofline,
-                         where=f"{result.device_name or result.device} {result.dtype}".strip()))
-    return Sweep(name=str(folder), runs=found, folder=folder)
+    return Sweep(name=str(folder), folder=folder,
+                 runs=[Run.of(str(path.relative_to(folder)) or ".", result)
+                       for path, result in jobs])
 
 
 def find_parent(client, exp_id: str, name: Optional[str]):
@@ -90,35 +108,25 @@ def find_parent(client, exp_id: str, name: Optional[str]):
 
 
 def from_store(client, exp_id: str, name: Optional[str]) -> Sweep:
-    """The sweep with this parent run id or name (default: the latest) and its job runs."""
+    """The sweep with this parent run id or name (default: the latest) and its job runs, each
+    read from the results.json it logged."""
     parent = find_parent(client, exp_id, name)
     found = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = "
                                                        f"'{parent.info.run_id}'",
                                max_results=10000)
     out = []
-    for run in found:
-        groups = run.data.tags.get(runs.TAG_GROUPS, "")
-        choices = {g: run.data.params.get(g, "?") for g in groups.split(",") if g}
-        m = run.data.metrics
-        row = Row(job=run.info.run_name or "", label=label(choices), choices=choices,
-                  status=run.data.tags.get("status", run.info.status.lower()),
-                  reason=run.data.tags.get("reason", ""), run_id=run.info.run_id,
-                  **{f"{p}_{s}": m.get(f"{p}_{s}") for p, _ in PHASES
-                     for s in ("median_ms", "iqr_ms")})
-        samples = {}
-        for p, series in SERIES.items():
-            if m.get(series) is not None:
-                history = client.get_metric_history(run.info.run_id, series)
-                samples[p] = [x.value for x in sorted(history, key=lambda x: x.step)]
-        flags = run.data.tags.get("env.flags", "none")
-        tags = run.data.tags
-        out.append(Run(row=row, samples=samples, config=comparable(dict(run.data.params)),
-                       flags=[] if flags == "none" else flags.split(","),
-                       roofline=roofline_of_metrics(m),
-                       where=f"{tags.get('device_name') or tags.get('device', '?')} "
-                             f"{tags.get('dtype', '')}".strip()))
+    with tempfile.TemporaryDirectory(prefix="rnnexp-compare-") as tmp:
+        for run in found:
+            try:
+                path = client.download_artifacts(run.info.run_id, RESULTS_FILE,
+                                                 f"{tmp}/{run.info.run_id}")
+                result = Result.load(Path(path))
+            except (OSError, ValueError, TypeError, MlflowException):
+                continue  # a run that logged no result (declined before recording one)
+            out.append(Run.of(run.info.run_name or "", result, run.info.run_id))
     if not out:
-        raise RnnexpError(f"sweep '{parent.info.run_name}' has no job runs (yet)")
+        raise RnnexpError(f"sweep '{parent.info.run_name}' has no job runs with a result "
+                          "(yet)")
     folder = parent.data.tags.get("sweep_dir")
     return Sweep(name=f"{parent.info.run_name}  ({parent.info.run_id})",
                  runs=sorted(out, key=lambda r: r.row.job), run_id=parent.info.run_id,
