@@ -25,7 +25,7 @@ install: $(BIN)/python  ## create .venv and install rnnexp (editable) with test 
 test:  ## run the test suite (CPU; GPU tests skip without a GPU)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-gpu:  ## on a GPU: the GPU-marked tests, one per point of README "On a GPU"
+test-gpu:  ## on a GPU: the GPU-marked tests, one per point of docs/gpu.md
 	$(BIN)/python -m pytest -m gpu -v -rs tests/test_gpu_paths.py tests/test_backends.py $(PYTEST_ARGS)
 	$(BIN)/python -m rnnexp.matrix --device cuda
 
