@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install test test-gpu bench run sweep ui server lint clean clean-outputs
+.PHONY: help install test test-gpu bench run sweep ui server lint docs clean clean-outputs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -21,14 +21,14 @@ $(BIN)/python:
 # editable_mode=compat: the project folder goes on sys.path by a .pth file, so Hydra's plugin
 # scan finds rnnexp's launcher in the hydra_plugins namespace (it walks folders, not the
 # import hooks of setuptools' default editable mode).
-install: $(BIN)/python  ## create .venv and install rnnexp (editable) with test tools
+install: $(BIN)/python  ## create .venv and install rnnexp (editable) with test and docs tools
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q -e ".[dev,docs]" --config-settings editable_mode=compat
 
 test:  ## run the test suite (CPU; GPU tests skip without a GPU)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-gpu:  ## on a GPU: the GPU-marked tests, one per point of README "On a GPU"
+test-gpu:  ## on a GPU: the GPU-marked tests, one per point of docs/gpu.md
 	$(BIN)/python -m pytest -m gpu -v -rs tests/test_gpu_paths.py tests/test_backends.py $(PYTEST_ARGS)
 	$(BIN)/python -m rnnexp.matrix --device cuda
 
@@ -57,9 +57,12 @@ server:  ## MLflow tracking server (SERVER_HOST:SERVER_PORT) for sweeps on sever
 lint:  ## ruff
 	$(BIN)/ruff check rnnexp tests
 
+docs:  ## build the documentation site into site/ (MkDocs, strict: warnings fail)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean-outputs:  ## remove Hydra output folders
 	rm -rf outputs multirun
 
 clean:  ## remove caches
 	find . -name __pycache__ -prune -exec rm -rf {} +
-	rm -rf .pytest_cache .ruff_cache *.egg-info
+	rm -rf .pytest_cache .ruff_cache *.egg-info site
