@@ -1,7 +1,7 @@
 """`make bench`: the harness's own speed and honesty, as ratios measured side by side in one
 run (absolute times on a shared machine are noise; the inputs are printed with each ratio).
 
-    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa]   (default: all four)
+    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa] [compare]   (default: all)
 
 - overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
   jobs' own work (timed samples, warm-up, verification), per job, from two sweeps of N1 and
@@ -24,6 +24,16 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   inside the interval the first run reported (the interval's promise is ~95%), and inside the
   interval the same process medians give without the drift between earlier runs
   (rnnexp.drift; every run here adds to that history).
+- compare: whether rnnexp.compare tells identical work from a real difference on this
+  machine, over `--trials` repetitions of: (a) A/A interleaved — one sweep of two seeds of
+  the same configuration (identical work), compared paired by round with
+  `--baseline seed=0`; (b) A/A apart — two one-job sweeps of it run one after the other,
+  compared run against run with `--against`; (c) power — one interleaved sweep of
+  shape.seq_len=20,22 (10% more work, exactly, by the work counts), `--baseline
+  shape.seq_len=20`. It counts cells flagged and gate alarms (`--fail-on-regression 5`) for
+  the A/As (α promises ≤ 5%), and for the planted slowdown how often it is found and how
+  often the interval covers the work counts' ratio, with each sweep's wall time. The drift
+  history starts empty (a cache of its own): early trials apart can only say "cannot tell".
 """
 
 from __future__ import annotations
@@ -60,7 +70,7 @@ FASTRNNS_SET = [
 ]
 
 
-PARTS = ("overhead", "fastrnns", "fidelity", "aa")
+PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare")
 
 
 def load() -> str:
@@ -335,10 +345,86 @@ def aa(trials: int, reruns: int, overrides: Sequence[str]) -> None:
     console.print(table)
 
 
+GATE_PCT = 5.0
+COMPARED = ["model=jit", "backend=aten", "device=cpu", *SHAPE, "bench.processes=2",
+            "sinks=[json]"]
+
+
+def judged(candidate: Path, baseline: Optional[Path] = None, key: str = "", value: str = ""
+           ) -> tuple[dict, list[str]]:
+    """compare's cells and gate alarms for a sweep folder, against another sweep or a
+    baseline value of `key`, as `python -m rnnexp.compare` makes them."""
+    from rnnexp import compare, significance, sweeps
+
+    runs = sweeps.from_folder(candidate).runs
+    bases = (compare.baselines_across(runs, sweeps.from_folder(baseline).runs) if baseline
+             else compare.baselines_within(runs, key, value))
+    cells = compare.judge(runs, bases, significance.MIN_EFFECT, GATE_PCT / 100)
+    return cells, compare.regressions(runs, cells, GATE_PCT)
+
+
+def comparisons(trials: int, tmp: Path) -> None:
+    """A/A interleaved, A/A apart and a planted 10% slowdown, `trials` times each."""
+    tally = {name: {"cells": 0, "flagged": 0, "alarms": 0, "runs": 0, "walls": [],
+                    "found": 0, "covered": 0, "undecided": 0}
+             for name in ("A/A interleaved", "A/A apart", "+10% work, interleaved")}
+    previous = os.environ.get(roofline.CACHE_ENV)
+    os.environ[roofline.CACHE_ENV] = str(tmp / "cache")  # a drift history of its own
+    try:
+        for t in range(trials):
+            folder = tmp / f"compare-{t}"
+            wall, _ = sweep([*COMPARED, "seed=0,1"], folder / "aa")
+            record(tally["A/A interleaved"], wall, *judged(folder / "aa" / "sweep",
+                                                           key="seed", value="0"))
+            walls = [sweep([*COMPARED, "seed=0"], folder / name)[0] for name in ("a", "b")]
+            record(tally["A/A apart"], sum(walls),
+                   *judged(folder / "b" / "sweep", baseline=folder / "a" / "sweep"))
+            wall, results = sweep([*COMPARED, "shape.seq_len=20,22"], folder / "power")
+            cells, alarms = judged(folder / "power" / "sweep", key="shape.seq_len", value="20")
+            works = {r["config"]["shape"]["seq_len"]: r["work"]["flops_fwd"] for r in results}
+            true = works[20] / works[22]  # the speedup the extra work makes: 1/1.1
+            power = tally["+10% work, interleaved"]
+            record(power, wall, cells, alarms)
+            power["found"] += sum(d.verdict == "slower" for d in cells.values())
+            power["covered"] += sum(d.low <= true <= d.high for d in cells.values())
+            console.print(f"trial {t + 1}/{trials} done ({load()})", highlight=False)
+    finally:
+        if previous is None:
+            os.environ.pop(roofline.CACHE_ENV, None)
+        else:
+            os.environ[roofline.CACHE_ENV] = previous
+    table = Table(title=f"compare on this machine: {' '.join(COMPARED)}, gate "
+                        f"--fail-on-regression {GATE_PCT:g} ({load()})")
+    for col in ("check", "cells flagged", "cannot tell", "gate alarms", "found (slower)",
+                "interval covers 1/1.1", "wall per answer (median)"):
+        table.add_column(col, justify="right")
+
+    def share(n: int, of: int) -> str:
+        return f"{n}/{of} ({100 * n / of:.0f}%)" if of else "—"
+
+    for name, t in tally.items():
+        power = name.startswith("+")
+        table.add_row(name, share(t["flagged"], t["cells"]), share(t["undecided"], t["cells"]),
+                      share(t["alarms"], t["runs"]),
+                      share(t["found"], t["cells"]) if power else "—",
+                      share(t["covered"], t["cells"]) if power else "—",
+                      f"{float(np.median(t['walls'])):.1f} s" if t["walls"] else "—")
+    console.print(table)
+
+
+def record(t: dict, wall: float, cells: dict, alarms: list[str]) -> None:
+    t["walls"].append(wall)
+    t["cells"] += len(cells)
+    t["flagged"] += sum(d.real for d in cells.values())
+    t["undecided"] += sum(d.verdict == "?" for d in cells.values())
+    t["runs"] += 1
+    t["alarms"] += bool(alarms)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="*", default=[],
-                        help="any of: overhead fastrnns fidelity aa (default: all)")
+                        help="any of: overhead fastrnns fidelity aa compare (default: all)")
     parser.add_argument("--jobs", type=int, nargs=2, default=[2, 8], metavar=("N1", "N2"),
                         help="overhead: the two sweep sizes (default 2 8)")
     parser.add_argument("--rounds", type=int, default=1,
@@ -346,7 +432,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", type=Path, default=None,
                         help="overhead, fastrnns: also run the sweeps (fastrnns: the fixed "
                              "ones) from this checkout, interleaved")
-    parser.add_argument("--trials", type=int, default=4, help="aa: first runs")
+    parser.add_argument("--trials", type=int, default=4,
+                        help="aa: first runs; compare: repetitions of each check")
     parser.add_argument("--reruns", type=int, default=5, help="aa: reruns per first run")
     args = parser.parse_args(argv)
     parts = args.parts or list(PARTS)
@@ -365,6 +452,9 @@ def main(argv: list[str] | None = None) -> None:
     if "aa" in parts:
         aa(args.trials, args.reruns, ["model=jit", "backend=jit", "backend.executor=simple",
                                       "device=cpu", *SHAPE])
+    if "compare" in parts:
+        with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
+            comparisons(args.trials, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ class _Config:
     sample_ms: float = 1.0
     failed: Optional[BaseException] = None
     measured: Optional[schedule.Measured] = None
-    quota: int = 0  # samples a visit takes with a fixed count (0: sized by bench.round_ms)
+    # Rounds a fixed count is spread over (0: visits sized by bench.round_ms instead).
+    rounds: int = 0
 
     @property
     def bench(self):
@@ -71,8 +72,11 @@ class _Config:
         """Round `index`'s samples of one of its processes."""
         have = len(self.per_process[share].forward_ms)
         bench = self.bench
-        n = min(bench.iters - have, self.quota or
-                max(1, math.ceil(bench.round_ms / self.sample_ms), bench.min_iters - have))
+        if self.rounds:  # its share of the count by the end of this round
+            n = math.ceil((index + 1) * bench.iters / self.rounds) - have
+        else:
+            n = max(1, math.ceil(bench.round_ms / self.sample_ms), bench.min_iters - have)
+        n = min(bench.iters - have, n)
         if n <= 0:
             return
         done = self.shares[share].round(n, self.readies[0].block)
@@ -99,7 +103,7 @@ def share_rounds(configs: Sequence[_Config]) -> None:
     rounds = max(MIN_ROUNDS, *(math.ceil(c.bench.iters * c.sample_ms / c.bench.round_ms)
                                for c in fixed))
     for c in fixed:
-        c.quota = math.ceil(c.bench.iters / min(rounds, c.bench.iters))
+        c.rounds = min(rounds, c.bench.iters)
 
 
 def fits(plans: Sequence[job.Plan], free: Optional[dict[str, int]] = None) -> int:

@@ -1,7 +1,8 @@
-"""What rnnexp's Hydra launcher (hydra_plugins/rnnexp_launcher) does with a sweep's jobs
-before Hydra runs each: plan them all, measure those that can run in interleaved windows
-(rnnexp.interleave), and hand each job's Result — or the error that stopped it — to its task
-function, which records it like any other (rnnexp.cli.run_job).
+"""What rnnexp's Hydra launcher (hydra_plugins/rnnexp_launcher) does with a sweep's jobs: plan
+them all, then measure those that can run window by window in interleaved rounds
+(rnnexp.interleave); each window's jobs are recorded (their task function run by Hydra, with
+the Result — or the error that stopped it — handed over: rnnexp.cli.run_job) before the next
+window starts, so an interrupted sweep loses nothing measured.
 
 Jobs a resumed sweep skips, and jobs whose plan is refused, are not measured here: their
 task function says so as it does under any launcher.
@@ -10,7 +11,7 @@ task function says so as it does under any launcher.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
@@ -44,63 +45,65 @@ def _output_dir(cfg: DictConfig) -> Path:
     return Path(str(cfg.hydra.sweep.dir)) / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
 
 
-def measure_sweep(configs: Sequence[DictConfig]) -> dict[int, Outcome]:
-    """Job number → its Result or the error that stopped it, for every job measured or
-    refused here."""
-    if not configs:
-        return {}
-    sweep = sinks.Sweep.load(Path(str(configs[0].hydra.sweep.dir)).resolve())
-    skip = set(sweep.skip_jobs) if sweep else set()
-    outcomes: dict[int, Outcome] = {}
-    planned: list[_Job] = []
-    for cfg in configs:
-        num = int(cfg.hydra.job.num)
-        if num in skip:
-            continue
-        try:
-            config, choices, overrides = job_parts(cfg)
-            p = job.plan(config, choices, overrides)
-        except RnnexpError as err:
-            outcomes[num] = err
-            continue
-        p.output_dir = _output_dir(cfg)
-        planned.append(_Job(num, p, execution.History.of(p)))
-    windows = _windows(planned)
-    sweep_id = sweep.sweep_id if sweep else "sweep"
-    for w, members in enumerate(windows):
-        outcomes.update(_measure(members, f"{sweep_id}/{w}", w, len(windows)))
-    return outcomes
+@dataclass
+class SweepRun:
+    """A sweep's jobs planned, and measured window by window; lives as long as the launch."""
 
+    configs: Sequence[DictConfig]
+    refused: dict[int, Outcome] = field(default_factory=dict)  # declined before timing
+    windows: list[list[_Job]] = field(default_factory=list)
+    sweep_id: str = "sweep"
 
-def _windows(planned: list[_Job]) -> list[list[_Job]]:
-    windows, rest = [], list(planned)
-    while rest:
-        n = interleave.fits([j.plan for j in rest])
-        windows.append(rest[:n])
-        rest = rest[n:]
-    return windows
+    @classmethod
+    def plan(cls, configs: Sequence[DictConfig]) -> SweepRun:
+        run = cls(configs)
+        if not configs:
+            return run
+        sweep = sinks.Sweep.load(Path(str(configs[0].hydra.sweep.dir)).resolve())
+        skip = set(sweep.skip_jobs) if sweep else set()
+        run.sweep_id = sweep.sweep_id if sweep else run.sweep_id
+        planned = []
+        for cfg in configs:
+            num = int(cfg.hydra.job.num)
+            if num in skip:
+                continue
+            try:
+                config, choices, overrides = job_parts(cfg)
+                p = job.plan(config, choices, overrides)
+            except RnnexpError as err:
+                run.refused[num] = err
+                continue
+            p.output_dir = _output_dir(cfg)
+            planned.append(_Job(num, p, execution.History.of(p)))
+        while planned:
+            n = interleave.fits([j.plan for j in planned])
+            run.windows.append(planned[:n])
+            planned = planned[n:]
+        return run
 
-
-def _measure(members: list[_Job], window: str, w: int, of: int) -> dict[int, Outcome]:
-    nums = [j.num for j in members]
-    started = datetime.now(timezone.utc)
-    t0 = time.perf_counter()
-    err_console.print(f"interleaved: jobs {', '.join(map(str, nums))} measured together"
-                      + (f" (window {w + 1} of {of})" if of > 1 else ""),
-                      highlight=False, markup=False)
-    seed = int(time.time_ns() % (1 << 31))
-    with RichProgress(f"window {w + 1}/{of}") as progress:
-        measured = interleave.measure_window([j.plan for j in members],
-                                             [j.history.drift for j in members], window,
-                                             nums, seed, progress)
-    out: dict[int, Outcome] = {}
-    for j, m in zip(members, measured, strict=True):
-        if isinstance(m, BaseException):
-            out[j.num] = m
-            continue
-        result = execution.conclude(j.plan, m, j.history, started, time.perf_counter() - t0)
-        out[j.num] = execution.with_roofline(j.plan.cfg, result)
-    return out
+    def measure(self, w: int) -> dict[int, Outcome]:
+        """Window `w`'s jobs measured together: job number → Result or error."""
+        members, of = self.windows[w], len(self.windows)
+        nums = [j.num for j in members]
+        started = datetime.now(timezone.utc)
+        t0 = time.perf_counter()
+        err_console.print(f"interleaved: jobs {', '.join(map(str, nums))} measured together"
+                          + (f" (window {w + 1} of {of})" if of > 1 else ""),
+                          highlight=False, markup=False)
+        seed = int(time.time_ns() % (1 << 31))
+        with RichProgress(f"window {w + 1}/{of}") as progress:
+            measured = interleave.measure_window(
+                [j.plan for j in members], [j.history.drift for j in members],
+                f"{self.sweep_id}/{w}", nums, seed, progress)
+        out: dict[int, Outcome] = {}
+        for j, m in zip(members, measured, strict=True):
+            if isinstance(m, BaseException):
+                out[j.num] = m
+                continue
+            result = execution.conclude(j.plan, m, j.history, started,
+                                        time.perf_counter() - t0)
+            out[j.num] = execution.with_roofline(j.plan.cfg, result)
+        return out
 
 
 def outcome_of(outcome: Optional[Outcome]) -> Optional[Result]:

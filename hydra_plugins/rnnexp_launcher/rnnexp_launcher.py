@@ -46,30 +46,60 @@ class RnnexpLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from rnnexp import launch  # the app's own code, imported when a sweep runs
+        # The app's own code, imported when a sweep runs (not when Hydra scans plugins).
+        from rnnexp import launch
+        from rnnexp.errors import Interrupted
 
         assert self.config is not None and self.hydra_context is not None
-        assert self.task_function is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        configs = []
+        configs = {}
         for num, overrides in enumerate(job_overrides, start=initial_job_idx):
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config,
                                                                      list(overrides))
             with open_dict(cfg):
                 cfg.hydra.job.id = num
                 cfg.hydra.job.num = num
-            configs.append(cfg)
-        outcomes = launch.measure_sweep(configs) if self.interleave else {}
-        returns = []
-        for cfg in configs:
-            task = self.task_function
-            outcome = outcomes.get(cfg.hydra.job.num)
-            if outcome is not None:
-                task = functools.partial(task, outcome=outcome)
-            returns.append(run_job(hydra_context=self.hydra_context, task_function=task,
-                                   config=cfg, job_dir_key="hydra.sweep.dir",
-                                   job_subdir_key="hydra.sweep.subdir"))
-            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        return returns
+            configs[num] = cfg
+        returns = {}
+        if not self.interleave:
+            return [self._run(cfg) for cfg in configs.values()]
+        sweep = launch.SweepRun.plan(list(configs.values()))
+        measured = {j.num for members in sweep.windows for j in members}
+        # Jobs declined before timing, or skipped by a resumed sweep: recorded first.
+        for num, cfg in configs.items():
+            if num not in measured:
+                returns[num] = self._run(cfg, sweep.refused.get(num))
+        for w, members in enumerate(sweep.windows):
+            try:
+                outcomes = sweep.measure(w)
+            except (KeyboardInterrupt, Interrupted) as err:  # the window's jobs end killed
+                self._record_interrupted([configs[j.num] for j in members], err)
+                raise
+            for j in members:
+                returns[j.num] = self._run(configs[j.num], outcomes.get(j.num))
+        return [returns[num] for num in sorted(returns)]
+
+    def _run(self, cfg: DictConfig, outcome: object = None) -> JobReturn:
+        """The job's folder, callbacks and task function, by Hydra's own run_job."""
+        assert self.hydra_context is not None and self.task_function is not None
+        task = self.task_function
+        if outcome is not None:
+            task = functools.partial(task, outcome=outcome)
+        ret = run_job(hydra_context=self.hydra_context, task_function=task, config=cfg,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        assert self.config is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return ret
+
+    def _record_interrupted(self, cfgs: Sequence[DictConfig], err: BaseException) -> None:
+        """Every job of an interrupted window recorded as interrupted (the task function
+        records it, ends the sweep's parent and re-raises)."""
+        for cfg in cfgs:
+            try:
+                self._run(cfg, err)
+            except BaseException as again:  # the recorded interrupt, re-raised per job
+                if again is not err:
+                    raise
+        err.recorded = True  # type: ignore[attr-defined]

@@ -1,0 +1,139 @@
+"""Interleaved sweeps through rnnexp's Hydra launcher: a sweep's configurations measured
+together in rounds, each job recorded as before; other launchers say they did not
+interleave; windows bounded by bench.window and memory; A/B of two interpreters."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+import torch
+
+from rnnexp import interleave, job
+from rnnexp.errors import ConfigError
+from rnnexp.results import CRASHED, OK, UNSUPPORTED
+from tests.conftest import TINY, compose_cfg
+
+FAULTY = "tests.faulty_models"
+
+
+def results_of(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*/results.json"),
+                                                       key=lambda p: int(p.parent.name))]
+
+
+def test_a_sweep_is_measured_in_one_interleaved_window(run_cli, tmp_path):
+    proc = run_cli("model=lstm,jit", "backend=aten", *TINY, "sinks=[json]",
+                   "bench.iters=12", multirun=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "interleaved: jobs 0, 1 measured together" in proc.stderr
+    a, b = results_of(tmp_path / "sweep")
+    assert a["interleaving"]["window"] == b["interleaving"]["window"]
+    assert a["interleaving"]["jobs"] == [0, 1] and a["timing"]["interleaved"]
+    # Fixed counts are spread over the same rounds, every round measuring both.
+    ra, rb = (r["phases"]["forward"]["rounds_ms"] for r in (a, b))
+    assert interleave.MIN_ROUNDS <= len(ra[0]) == len(rb[0]) <= 12
+    assert None not in ra[0] + rb[0]
+
+
+@pytest.mark.parametrize("launcher", [["hydra/launcher=basic"],
+                                      ["hydra.launcher.interleave=false"]])
+def test_other_launchers_say_they_did_not_interleave(run_cli, tmp_path, launcher):
+    proc = run_cli("model=lstm,gru", "backend=aten", *TINY, "sinks=[json]", *launcher,
+                   multirun=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "interleaved:" not in proc.stderr
+    for r in results_of(tmp_path / "sweep"):
+        assert r["status"] == OK and not r["timing"]["interleaved"]
+        assert "interleaving" not in r and not r["phases"]["forward"]["rounds_ms"]
+
+
+def test_declined_and_crashing_jobs_leave_the_others_measured(run_cli, tmp_path):
+    proc = run_cli(*TINY, "sinks=[json]", "backend=aten,cudnn",
+                   f"model.build._target_=rnnexp.models.native.lstm,{FAULTY}.crashing",
+                   multirun=True, env={"RNNEXP_TARGETS": "tests"})
+    assert proc.returncode == 1, proc.stderr  # a crash fails the sweep
+    statuses = [r["status"] for r in results_of(tmp_path / "sweep")]
+    assert sorted(statuses) == sorted([OK, CRASHED, UNSUPPORTED, UNSUPPORTED])
+    assert "crashed: lstm·aten·small: ValueError: planted crash in the model factory" \
+        in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bench_window_splits_a_sweep(run_cli, tmp_path):
+    proc = run_cli("model=lstm,gru", "backend=aten", *TINY, "sinks=[json]", "bench.window=1",
+                   multirun=True)
+    assert proc.returncode == 0, proc.stderr
+    a, b = results_of(tmp_path / "sweep")
+    assert a["interleaving"]["window"] != b["interleaving"]["window"]
+    assert a["interleaving"]["jobs"] == [0] and b["interleaving"]["jobs"] == [1]
+    assert "(window 2 of 2)" in proc.stderr
+
+
+def plans(*overrides: str) -> list[job.Plan]:
+    from rnnexp.schema import validate
+
+    cfg = compose_cfg(["device=cpu", *overrides])
+    choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
+    return [job.plan(validate(cfg), choices)]
+
+
+def test_a_window_holds_what_fits_in_half_the_free_memory():
+    small = plans(*TINY)[0]
+    need = interleave.memory.estimate(small.cfg)
+    per_config = need.host_bytes + need.device_bytes  # on the CPU: both in host memory
+    group = [small] * 6
+    assert interleave.fits(group, free={"host": 10 * per_config}) == 5  # half: 5 of them
+    assert interleave.fits(group, free={"host": per_config}) == 1  # always at least one
+    assert interleave.fits(group, free={"host": 1 << 60}) == 6
+    windowed = plans(*TINY, "bench.window=2")[0]
+    assert interleave.fits([windowed] * 6, free={"host": 1 << 60}) == 2
+
+
+def test_another_interpreter_that_cannot_run_rnnexp_is_refused_in_one_line(run_cli,
+                                                                          tmp_path):
+    proc = run_cli(*TINY, "bench.python=/no/such/python")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("error: bench.python: /no/such/python is not an "
+                                   "executable file — a Python interpreter of an environment "
+                                   "with rnnexp installed, e.g. "
+                                   "/path/to/checkout/.venv/bin/python")
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)
+    with pytest.raises(ConfigError, match="cannot import rnnexp and torch"):
+        job.check_python(str(bare / "bin" / "python"))
+
+
+def environment_like_this_one(folder: Path) -> Path:
+    """A second environment: its own interpreter, seeing this one's packages and checkout
+    (a .pth file), as another checkout's venv would see its own."""
+    venv.create(folder, with_pip=False)
+    site = next(folder.glob("lib/python*/site-packages"))
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    root = Path(__file__).resolve().parent.parent
+    (site / "others.pth").write_text("\n".join([*ours, str(root)]) + "\n")
+    return folder / "bin" / "python"
+
+
+@pytest.mark.slow
+def test_an_a_b_of_two_interpreters_runs_interleaved_end_to_end(run_cli, tmp_path):
+    other = environment_like_this_one(tmp_path / "other")
+    proc = run_cli("model=jit", "backend=aten", *TINY, "sinks=[json]", "bench.iters=6",
+                   f"bench.python={sys.executable},{other}", multirun=True)
+    assert proc.returncode == 0, proc.stderr
+    a, b = results_of(tmp_path / "sweep")
+    assert a["interleaving"]["window"] == b["interleaving"]["window"]
+    assert {a["config"]["bench"]["python"], b["config"]["bench"]["python"]} == \
+        {sys.executable, str(other)}
+    assert b["platform"]["torch_version"] == torch.__version__
+    out = subprocess.run([sys.executable, "-m", "rnnexp.compare", str(tmp_path / "sweep"),
+                          "--baseline", f"bench.python={sys.executable}", "--output",
+                          str(tmp_path / "c.png")], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "cells judged: 2 paired by round" in out.stdout
