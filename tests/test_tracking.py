@@ -146,7 +146,7 @@ def test_compare_speedups_table_and_chart(recorded_sweep, tmp_path, capsys):
                   module="rnnexp.compare")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "fwd vs baseline" in out and "bwd vs baseline" in out and "base" in out
+    assert "fwd speedup" in out and "bwd speedup" in out and "base" in out
     assert "unsupported" in out and png.stat().st_size > 1000
     assert png.read_bytes()[:4] == b"\x89PNG"
     client, parents, _ = runs_of(uri)
@@ -159,7 +159,7 @@ def test_compare_speedups_table_and_chart(recorded_sweep, tmp_path, capsys):
                           "sweep — model was lstm, py"
     rc, _, err = call(compare.main, "--baseline", "color=red", "--tracking-uri", uri,
                       capsys=capsys)
-    assert rc == 2 and "not a config group of this sweep" in err
+    assert rc == 2 and "not a config field of this sweep" in err
     rc, _, err = call(compare.main, "no-such-sweep", "--tracking-uri", uri, capsys=capsys)
     assert rc == 2 and "sweep 'no-such-sweep': no parent run" in err
     rc, _, err = call(compare.main, "--tracking-uri", sqlite(tmp_path / "none.db"),
