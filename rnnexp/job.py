@@ -51,7 +51,11 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
     check_model_placement(choices.get("model", "?"), cfg.model, device, cfg.dtype, plat)
     backend = make_backend(cfg, plat, device)
     backend.check(choices.get("model", "?"), cfg.model)
-    memory.check(cfg, device, varlen="varlen" in str(targets.target_of(cfg.model.build)))
+    from rnnexp.schedule import max_processes  # schedule imports this module
+
+    # Every process the scheduler may start for this configuration is alive at once.
+    memory.check(cfg, device, varlen="varlen" in str(targets.target_of(cfg.model.build)),
+                 processes=max_processes(cfg.bench))
     spec = WorkloadSpec(shape=cfg.shape, device=device, dtype=torch_dtype(cfg.dtype),
                         seed=cfg.seed, script=backend.script(cfg.model),
                         requires_grad=cfg.bench.backward)

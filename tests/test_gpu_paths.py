@@ -7,18 +7,18 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rnnexp import config_check, execution, job, platform
+from rnnexp import config_check, execution, job, memory, platform, schema
 from rnnexp.backends import jitflags
 from rnnexp.backends.scripting import UNFUSED
 from rnnexp.backends.torchscript import TensorExpr
 from rnnexp.backends.vendor import Aten, Cudnn, Miopen
-from rnnexp.errors import RnnexpError, UnsupportedError
+from rnnexp.errors import ConfigError, RnnexpError, UnsupportedError
 from rnnexp.models import native
 from rnnexp.schema import ShapeConfig
 from rnnexp.timing import CudaEventClock, measure
 from rnnexp.verify import verify
 from rnnexp.workload import WorkloadSpec
-from tests.conftest import TINY, gpu
+from tests.conftest import TINY, compose_cfg, gpu
 from tests.test_backends import CUDA_GPU, ROCM_GPU, plan, refusal
 
 AMPERE = replace(CUDA_GPU, gpu_names=("NVIDIA A100",), gpu_capabilities=((8, 0),),
@@ -288,6 +288,42 @@ def test_cuda_events_are_created_before_the_timed_region(monkeypatch):
     assert len(marks) == 12 and log.count("create") == 12, log
     for i in range(0, 12, 4):  # an iteration: forward start … backward end
         assert "create" not in log[marks[i]:marks[i + 3] + 1], log
+
+
+# --- issue 24, 5/6: what the memory check counts --------------------------------------------
+
+def test_the_memory_check_counts_every_process_alive_at_once(monkeypatch):
+    overrides = ["model=lstm", "backend=aten", "device=cpu", "shape=default",
+                 "bench.processes=10"]
+    cfg = schema.validate(compose_cfg(overrides))
+    one = memory.concurrent(cfg, torch.device("cpu"))
+    ten = memory.concurrent(cfg, torch.device("cpu"), processes=10)
+    # Enough RAM for one process, not for ten: the tenth worker would run out.
+    monkeypatch.setattr(memory, "free_host_bytes", lambda: (one.device_bytes + one.host_bytes
+                                                            + ten.device_bytes) // 2)
+    with pytest.raises(ConfigError) as err:
+        plan(overrides)
+    assert "10 processes at once" in str(err.value) and "bench.processes" in str(err.value)
+    assert plan([*overrides[:-1], "bench.processes=1"])
+    # On a GPU each process also holds its own context; other configurations alive beside it
+    # (an interleaved sweep) are counted when the caller passes them.
+    gpu = torch.device("cuda", 0)
+    assert memory.concurrent(cfg, gpu, processes=10).device_bytes == \
+        10 * (memory.estimate(cfg).device_bytes + memory.CONTEXT_BYTES)
+    free = {"device": memory.concurrent(cfg, gpu).device_bytes, "host": 64 << 30}
+    memory.check(cfg, gpu, free=free)
+    with pytest.raises(ConfigError, match="with the other configurations alive beside it"):
+        memory.check(cfg, gpu, free=free, alongside=memory.concurrent(cfg, gpu))
+
+
+def test_blocks_cached_by_this_process_count_as_free_on_a_gpu(monkeypatch):
+    gib = 1 << 30
+    # A sweep's earlier job (the roofline's copy buffers) left 3 GiB reserved, 0.5 in use.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 3 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: gib // 2)
+    assert memory.free_bytes(CUDA) == 1 * gib + 3 * gib - gib // 2
 
 
 # --- on a GPU: `make test-gpu` -------------------------------------------------------------
