@@ -290,6 +290,20 @@ def test_cuda_events_are_created_before_the_timed_region(monkeypatch):
         assert "create" not in log[marks[i]:marks[i + 3] + 1], log
 
 
+# --- issue 24, 2: CUDA graphs are never recorded inside the timed samples -----------------
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_cudagraph_modes_refuse_a_model_whose_sizes_change_every_call(mode):
+    job = ["backend=inductor", f"backend.mode={mode}", "model=dynamic_eltwise", "device=cuda"]
+    assert refusal(job, CUDA_GPU) == (
+        f"backend=inductor mode={mode} records a CUDA graph for each new input size, and "
+        "model=dynamic_eltwise changes sizes every call (dynamic shapes): the recordings "
+        "would land in the timed samples — use backend.mode=default")
+    assert plan(["backend=inductor", f"backend.mode={mode}", "model=eltwise", "device=cuda"],
+                CUDA_GPU)  # static sizes: one recording, before timing
+    assert plan([*job[:-1], "device=cpu"])  # no CUDA graphs on the CPU
+
+
 # --- issue 24, 5/6: what the memory check counts --------------------------------------------
 
 def test_the_memory_check_counts_every_process_alive_at_once(monkeypatch):
