@@ -153,6 +153,37 @@ def test_auto_refuses_tf32_where_it_picks_another_library():
         "backend.allow_tf32=false")
 
 
+# --- issue 24, 4: float32 matmuls pinned to full FP32 and recorded -------------------------
+
+@pytest.fixture(params=["float32_matmul_precision", "fp32_precision"])
+def tf32_matmuls_asked(request):
+    """TF32 matmuls asked for through either of torch's two APIs: the legacy one is what
+    TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 sets at start-up (float32_matmul_precision "high")."""
+    matmul = torch.backends.cuda.matmul
+    if request.param == "fp32_precision":
+        matmul.fp32_precision = "tf32"
+    else:
+        torch.set_float32_matmul_precision("high")
+    yield
+    if request.param == "fp32_precision":
+        matmul.fp32_precision = "none"
+    else:
+        torch.set_float32_matmul_precision("highest")
+    assert torch.get_float32_matmul_precision() == "highest"  # later tests see the default
+
+
+@pytest.mark.parametrize("overrides", [["backend=aten", "model=lstm"],
+                                       ["backend=jit", "model=jit"],
+                                       ["backend=inductor", "model=py"]])
+def test_float32_matmuls_run_full_fp32_under_every_backend_and_say_so(overrides,
+                                                                       tf32_matmuls_asked):
+    backend = plan([*overrides, *TINY]).backend
+    with backend.context():
+        assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"  # the user's, given back
+    assert backend.info()["matmul_fp32_precision"] == "ieee"
+
+
 # --- 6. bfloat16 on the chosen GPU; the chosen GPU is the current one ----------------------
 
 def test_bfloat16_is_refused_on_a_gpu_below_sm80():
