@@ -33,7 +33,7 @@ import torch
 
 from rnnexp.errors import ConfigError
 from rnnexp.errors import crash_line as one_line
-from rnnexp.schema import Config, Form, ShapeConfig
+from rnnexp.schema import BenchConfig, Config, Form, ShapeConfig
 
 MARGIN = 1.25
 WORKSPACE_BYTES = 64 << 20
@@ -85,6 +85,15 @@ def estimate(cfg: Config, varlen: bool = False) -> Estimate:
         reference = ref * (8 + ELEM_BYTES.get(cfg.dtype.value, 4))
     margin = lambda n: int(n * MARGIN) + WORKSPACE_BYTES  # noqa: E731
     return Estimate(device_bytes=margin(model), host_bytes=margin(reference))
+
+
+def processes_at_once(bench: BenchConfig) -> int:
+    """How many processes measure a configuration at once: bench.processes, or up to
+    bench.max_processes with a precision target — rnnexp.schedule's max_processes, which
+    keeps every process it starts alive until the configuration is done."""
+    if bench.precision is None:
+        return bench.processes
+    return max(bench.processes, bench.max_processes or bench.processes)
 
 
 def concurrent(cfg: Config, device: torch.device, varlen: bool = False, processes: int = 1

@@ -2,12 +2,23 @@
 patched torch queries or the CPU analogue; the `gpu`-marked tests at the end confirm each
 point on real hardware (`make test-gpu`, README "On a GPU")."""
 
+import re
 from dataclasses import replace
 
 import pytest
 import torch
 
-from rnnexp import config_check, execution, job, memory, platform, schema
+from rnnexp import (
+    config_check,
+    emulation,
+    environment,
+    execution,
+    job,
+    memory,
+    platform,
+    schema,
+)
+from rnnexp import verify as verify_mod
 from rnnexp.backends import jitflags
 from rnnexp.backends.scripting import UNFUSED
 from rnnexp.backends.torchscript import TensorExpr
@@ -127,9 +138,13 @@ def test_aten_records_the_rnn_kernels_that_ran():
 
 # --- 4. TF32 is an explicit cuDNN option, off by default, recorded --------------------------
 
+def cudnn_plan(*overrides, plat=AMPERE):
+    return plan(["backend=cudnn", "device=cuda", *overrides], plat).backend
+
+
 @pytest.mark.parametrize("allow", [False, True])
 def test_cudnn_sets_tf32_explicitly(allow):
-    backend = Cudnn(AMPERE, CUDA, allow_tf32=allow)
+    backend = cudnn_plan("model=lstm", f"backend.allow_tf32={allow}")
     with backend.flags_context()[0]:  # cudnn.flags() alone would default to True
         assert torch.backends.cudnn.allow_tf32 is allow
     info = backend.info()
@@ -137,8 +152,54 @@ def test_cudnn_sets_tf32_explicitly(allow):
 
 
 def test_tf32_takes_effect_only_for_float32_on_sm80():
-    assert not Cudnn(VOLTA, CUDA, allow_tf32=True).info()["tf32_effective"]
-    assert not Cudnn(AMPERE, CUDA, allow_tf32=True, dtype=torch.float16).info()["tf32_effective"]
+    tf32 = "backend.allow_tf32=true"
+    assert not cudnn_plan("model=lstm", tf32, plat=VOLTA).info()["tf32_effective"]
+    assert not cudnn_plan("model=lstm", tf32, "dtype=float16").info()["tf32_effective"]
+
+
+def test_tf32_is_not_claimed_for_cell_loops_whose_matmuls_are_cublas():
+    # issue 24, 3: cudnn.allow_tf32 reaches cuDNN's RNN kernel only; a jit* loop's matmuls
+    # are cuBLAS's, pinned to full FP32.
+    assert cudnn_plan("model=lstm", "backend.allow_tf32=true").info()["tf32_effective"]
+    assert not cudnn_plan("model=jit", "backend.allow_tf32=true").info()["tf32_effective"]
+
+
+def tf32_lstm(seq_len=50, hidden=128):
+    """An nn.LSTM whose forward computes as cuDNN with allow_tf32 does: matmul operands
+    rounded to TF32 (simulated on the CPU, oneDNN's fused kernel off so they are visible)."""
+    shape = ShapeConfig(seq_len=seq_len, num_layers=1, input_size=64, hidden_size=hidden,
+                        batch_size=4)
+    spec = WorkloadSpec(shape=shape, device=torch.device("cpu"), dtype=torch.float32, seed=0)
+    workload = native.lstm(spec)
+    forward = workload.forward
+
+    def tf32_forward(*args):
+        with emulation.arithmetic(emulation.TF32, torch.float32):
+            return forward(*args)
+
+    workload.forward = tf32_forward
+    return workload
+
+
+def test_a_tf32_lstm_is_verified_against_a_tf32_reference():
+    workload = tf32_lstm()
+    native_rule = verify(workload, torch.float32, backward=True)
+    assert native_rule.status == "failed"  # a float32 reference: far tighter than TF32
+    workload.reference_math = cudnn_plan("model=lstm", "backend.allow_tf32=true"
+                                         ).reference_math()  # what Cudnn.prepare sets
+    result = verify(workload, torch.float32, backward=True)
+    assert result.status == "passed", result.detail
+    assert result.reference_math == "tf32" and result.floor > native_rule.floor
+
+
+def test_the_tf32_reference_still_catches_a_wrong_weight():
+    workload = tf32_lstm()
+    workload.reference_math = emulation.TF32
+    w_ih, H = workload.params[0], 128
+    with torch.no_grad():  # a planted fault: the input and forget gates' weights swapped
+        w_ih[:2 * H] = torch.cat([w_ih[H:2 * H], w_ih[:H]]).clone()
+    result = verify(workload, torch.float32, backward=True)
+    assert result.status == "failed" and "TF32 matmuls" in result.detail
 
 
 @pytest.mark.parametrize("backend", ["aten", "miopen", "jit", "te", "inductor"])
@@ -335,6 +396,41 @@ def test_cudagraph_modes_refuse_a_model_whose_sizes_change_every_call(mode):
     assert plan([*job[:-1], "device=cpu"])  # no CUDA graphs on the CPU
 
 
+# --- issue 24, 8: a half-precision reference the CPU would take hours over ----------------
+
+DEEPBENCH = ["shape.seq_len=50", "shape.batch_size=64", "shape.input_size=2048",
+             "shape.hidden_size=2048", "shape.num_layers=1"]
+
+
+def test_a_slow_float16_reference_is_emulated_and_says_how_long_it_would_take(monkeypatch):
+    # An AMD EPYC without AVX512-FP16: float16 mm at 0.5 GFLOP/s (float32: ~20).
+    monkeypatch.setattr(verify_mod, "cpu_gflops", lambda dtype: 0.5)
+    job = ["model=lstm", "backend=cudnn", "device=cuda", "dtype=float16", *DEEPBENCH]
+    spec = plan(job, AMPERE).spec
+    assert spec.reference_math == "emulated"
+    assert re.fullmatch(r"float16 reference emulated in float32: natively about \d+ s on "
+                        r"this CPU \(0.5 GFLOP/s in float16\)", spec.reference_note)
+    assert plan([*job, "bench.verify=false"], AMPERE).spec.reference_math == ""
+    monkeypatch.setattr(verify_mod, "cpu_gflops", lambda dtype: 5000.0)  # native fp16
+    assert plan(job, AMPERE).spec.reference_math == ""
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_an_emulated_half_reference_verifies_the_model_and_catches_a_fault(dtype):
+    shape = ShapeConfig(seq_len=20, num_layers=2, input_size=32, hidden_size=64, batch_size=4)
+    spec = WorkloadSpec(shape=shape, device=torch.device("cpu"), dtype=dtype, seed=0,
+                        reference_math="emulated", reference_note="emulated: why")
+    workload = job.build_workload(schema.validate(compose_cfg(["model=lstm"])), spec)
+    result = verify(workload, dtype, backward=True)
+    assert result.status == "passed" and result.reference_math == "emulated"
+    assert "emulated: why" in result.detail
+    w_ih, H = workload.params[0], 64
+    with torch.no_grad():  # the input and forget gates' weights swapped
+        w_ih[:2 * H] = torch.cat([w_ih[H:2 * H], w_ih[:H]]).clone()
+    result = verify(workload, dtype, backward=True)
+    assert result.status == "failed" and "emulated in float32" in result.detail
+
+
 # --- issue 24, 5/6: what the memory check counts --------------------------------------------
 
 def test_the_memory_check_counts_every_process_alive_at_once(monkeypatch):
@@ -483,3 +579,55 @@ def test_gpu24_7_armed_events_exist_before_the_timed_region():
     clock = CudaEventClock(torch.device("cuda", torch.cuda.current_device()))
     clock.arm(4)
     assert all(event.cuda_event != 0 for event in clock._ready)
+
+
+@pytest.mark.gpu
+@gpu
+@nvidia
+def test_gpu24_1_nvml_reads_the_jobs_gpu_without_crashing():
+    pytest.importorskip("pynvml", reason="rnnexp[gpu] (nvidia-ml-py) not installed")
+    device = torch.device("cuda", torch.cuda.device_count() - 1)
+    state = environment.gpu_state(device)  # an int bus id here killed the process
+    assert "error" not in state and state["sm_max_clock_mhz"] > 0, state
+    result = _run("model=lstm", "backend=auto")
+    assert result.environment.gpu["readings"] >= 2  # before, (during,) after the rounds
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_gpu24_2_cuda_graphs_are_recorded_before_timing_or_refused(mode):
+    with pytest.raises(UnsupportedError, match="records a CUDA graph for each new input size"):
+        _run("model=dynamic_eltwise", "backend=inductor", f"backend.mode={mode}")
+    result = _run("model=eltwise", "backend=inductor", f"backend.mode={mode}")
+    assert result.status == "ok", result.reason  # one recording, before the samples
+
+
+@pytest.mark.gpu
+@gpu
+@nvidia
+def test_gpu24_3_a_tf32_lstm_passes_verification_against_a_tf32_reference():
+    if torch.cuda.get_device_capability(0) < (8, 0):
+        pytest.skip("TF32 needs SM >= 8.0")
+    on = _run("model=lstm", "backend=cudnn", "backend.allow_tf32=true", "shape.seq_len=50",
+              "shape.hidden_size=128")
+    assert on.backend.details["tf32_effective"] is True
+    assert on.verification.status == "passed", on.verification.detail
+    assert on.verification.reference_math == "tf32"
+    loop = _run("model=jit", "backend=cudnn", "backend.allow_tf32=true")
+    assert loop.backend.details["tf32_effective"] is False  # cuBLAS matmuls: full FP32
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("model, backend", [("lstm", "aten"), ("jit", "jit"),
+                                            ("py", "inductor")])
+def test_gpu24_4_float32_matmuls_run_full_fp32_when_tf32_was_asked_for(model, backend):
+    torch.set_float32_matmul_precision("high")  # what TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 sets
+    try:
+        result = _run(f"model={model}", f"backend={backend}")
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    assert result.backend.details["matmul_fp32_precision"] == "ieee"
+    assert result.verification.status == "passed", result.verification.detail
+

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from rnnexp import emulation
 from rnnexp.backends.base import Backend
 from rnnexp.backends.scripting import UNFUSED, ScriptedRun
 from rnnexp.platform import Platform
@@ -73,6 +74,7 @@ class VendorLibrary(Backend):
         self.scripted = ScriptedRun(UNFUSED)  # for `form: loop` models, scripted here too
         self.rnn_ops: list[str] | None = None
         self.picked_because = ""  # set by `auto`
+        self.rnn_kernel_model = False  # set by `check`: the model calls the RNN kernel
 
     def uses_rnn_kernel(self, model: ModelConfig) -> bool:
         return model.form == "module"  # nn.LSTM/GRU; cell loops never call an RNN kernel
@@ -94,6 +96,8 @@ class VendorLibrary(Backend):
                 self.scripted.context()]
 
     def prepare(self, workload: Workload) -> Workload:
+        # Verified against a reference that computes as cuDNN will.
+        workload.reference_math = self.reference_math() or workload.reference_math
         if not self.scripted.optimise(workload, self.device):
             super().prepare(workload)  # one untimed call: first-use costs off the clock
         if has_rnn_module(workload):
@@ -115,9 +119,16 @@ class VendorLibrary(Backend):
         return self.scripted.timed_changes(workload)
 
     def tf32_effective(self) -> bool:
+        """cuDNN's RNN kernel runs TF32 math: asked for, float32 on SM >= 8.0, and a model
+        that calls the kernel (a cell loop's matmuls are cuBLAS's, pinned to full FP32)."""
         cap = self.plat.capability(self.device.index) if self.device.type == "cuda" else None
         return bool(self.allow_tf32 and self.enabled and self.dtype == torch.float32
-                    and not self.plat.hip_version and cap is not None and cap >= (8, 0))
+                    and self.rnn_kernel_model and not self.plat.hip_version
+                    and cap is not None and cap >= (8, 0))
+
+    def reference_math(self) -> str:
+        """How verification's low-precision reference must compute (rnnexp.emulation)."""
+        return emulation.TF32 if self.tf32_effective() else ""
 
     def info(self) -> dict:
         info = {**super().info(), "vendor_library": self.enabled,
@@ -138,6 +149,7 @@ class Cudnn(VendorLibrary):
     kernel = "aten::_cudnn_rnn"
 
     def check(self, model_name, model) -> None:
+        self.rnn_kernel_model = self.uses_rnn_kernel(model)
         plat = self.plat
         if plat.hip_version:
             self.refuse(f"needs a CUDA build of PyTorch; this build is {plat.build}",
