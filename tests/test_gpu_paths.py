@@ -2,6 +2,7 @@
 patched torch queries or the CPU analogue; the `gpu`-marked tests at the end confirm each
 point on real hardware (`make test-gpu`, README "On a GPU")."""
 
+import inspect
 import re
 from dataclasses import replace
 
@@ -20,6 +21,7 @@ from rnnexp import (
 )
 from rnnexp import verify as verify_mod
 from rnnexp.backends import jitflags
+from rnnexp.backends.inductor import Inductor
 from rnnexp.backends.scripting import UNFUSED
 from rnnexp.backends.torchscript import TensorExpr
 from rnnexp.backends.vendor import Aten, Cudnn, Miopen
@@ -71,7 +73,8 @@ def test_a_raising_cudnn_version_is_recorded_not_fatal(monkeypatch):
         raise RuntimeError("cuDNN version incompatibility: PyTorch was compiled  against "
                            "(9, 10, 2) but found runtime version (9, 1, 0).\nmore")
 
-    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    # torch.backends.cudnn wraps its module (PropModule): patch the function flags() calls.
+    monkeypatch.setattr(torch.backends.cudnn.m, "is_available", lambda: True)
     monkeypatch.setattr(torch.backends.cudnn, "version", version)
     platform.current.cache_clear()
     try:
@@ -380,6 +383,41 @@ def test_cuda_events_are_created_before_the_timed_region(monkeypatch):
     assert len(marks) == 12 and log.count("create") == 12, log
     for i in range(0, 12, 4):  # an iteration: forward start … backward end
         assert "create" not in log[marks[i]:marks[i + 3] + 1], log
+
+
+# --- issue 24, 10: small things ------------------------------------------------------------
+
+def test_entering_miopen_does_not_touch_the_benchmark_limit(monkeypatch):
+    """ROCm's _cuda_set_cudnn_benchmark_limit warns "Benchmark limit not supported in MIOpen";
+    torch.backends.cudnn.flags() sets it on entry and again on exit."""
+    touched = []
+    # torch.backends.cudnn wraps its module (PropModule): patch the function flags() calls.
+    monkeypatch.setattr(torch.backends.cudnn.m, "is_available", lambda: True)
+    monkeypatch.setattr(torch._C, "_cuda_get_cudnn_benchmark_limit", lambda: 10, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_set_cudnn_benchmark_limit", touched.append,
+                        raising=False)
+    backend = Miopen(ROCM_GPU, CUDA)
+    enabled = torch.backends.cudnn.enabled
+    with backend.flags_context()[0]:
+        assert torch.backends.cudnn.enabled is True and not torch.backends.cudnn.benchmark
+    assert touched == [] and torch.backends.cudnn.enabled is enabled
+    with Aten(ROCM_GPU, CUDA).flags_context()[0]:
+        assert torch.backends.cudnn.enabled is False
+    assert touched == []
+
+
+def test_a_compiled_module_on_a_gpu_records_no_onednn():
+    assert "onednn" not in Inductor(CUDA_GPU, CUDA, allow_rnn=True).info()
+    assert Inductor(CUDA_GPU, torch.device("cpu"), allow_rnn=True).info()["onednn"] is False
+
+
+def test_submitits_local_executor_sets_cuda_visible_devices():
+    """placement relies on it: the issue's CUDA_AVAILABLE_DEVICES is not what it sets."""
+    from submitit.local import local
+
+    source = inspect.getsource(local.start_controller)
+    assert "CUDA_VISIBLE_DEVICES=cuda_devices" in source
+    assert "CUDA_AVAILABLE_DEVICES" not in inspect.getsource(local)
 
 
 # --- issue 24, 2: CUDA graphs are never recorded inside the timed samples -----------------

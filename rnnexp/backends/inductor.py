@@ -128,7 +128,10 @@ class Inductor(Backend):
                 (f"; first failed guard: {first}" if first else ""))
 
     def info(self) -> dict:
-        rnn = {"allow_rnn": True, "onednn": self.device.type != "cpu"} if self.allow_rnn else {}
+        # oneDNN is switched off for a compiled nn module on the CPU (flags_context) and has
+        # no part in a GPU job: recorded only where it was a choice.
+        rnn = ({"allow_rnn": True, **({"onednn": False} if self.device.type == "cpu" else {})}
+               if self.allow_rnn else {})
         return {**super().info(), "mode": self.mode, "dynamic": self.dynamic,
                 "compile_s": self.compile_s, **rnn,
                 "warm_runs": self.AFTER_COMPILE_CALLS,

@@ -12,7 +12,8 @@ runs one forward under a dispatch recorder and refuses unless the vendor op ran.
 
 from __future__ import annotations
 
-from typing import ContextManager
+import contextlib
+from typing import ContextManager, Iterator
 
 import torch
 from torch import nn
@@ -47,6 +48,24 @@ class _OpsSeen(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.add(func._schema.name)
         return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def library_flags(enabled: bool, allow_tf32: bool) -> Iterator[None]:
+    """The vendor library on or off, TF32 as asked, autotuning off; restored afterwards.
+    Not torch.backends.cudnn.flags(): it also sets and restores cuDNN's benchmark limit,
+    which on ROCm warns "Benchmark limit not supported in MIOpen" in every job."""
+    C = torch._C
+    old = (C._get_cudnn_enabled(), C._get_cudnn_benchmark(), C._get_cudnn_allow_tf32())
+    C._set_cudnn_enabled(enabled)
+    C._set_cudnn_benchmark(False)
+    C._set_cudnn_allow_tf32(allow_tf32)
+    try:
+        yield
+    finally:
+        C._set_cudnn_enabled(old[0])
+        C._set_cudnn_benchmark(old[1])
+        C._set_cudnn_allow_tf32(old[2])
 
 
 def has_rnn_module(workload: Workload) -> bool:
@@ -90,9 +109,8 @@ class VendorLibrary(Backend):
                         "backend=aten")
 
     def flags_context(self) -> list[ContextManager]:
-        # allow_tf32 explicitly: cudnn.flags() defaults to allow_tf32=True. Never mixed with
-        # torch.backends.cudnn.rnn.fp32_precision (set alone, it makes cudnn.flags() raise).
-        return [torch.backends.cudnn.flags(enabled=self.enabled, allow_tf32=self.allow_tf32),
+        # allow_tf32 explicitly: cuDNN's own default is True.
+        return [library_flags(enabled=self.enabled, allow_tf32=self.allow_tf32),
                 self.scripted.context()]
 
     def prepare(self, workload: Workload) -> Workload:
