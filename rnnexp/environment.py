@@ -9,6 +9,7 @@ rnnexp[gpu]`) when it is installed. Nothing here knows about models or sinks.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -225,45 +226,191 @@ def _read(path: Path) -> str:
         return ""
 
 
-def gpu_state(device: torch.device) -> dict[str, Any]:
-    """SM/memory clocks, temperature, power and clock-throttle reasons of an NVIDIA GPU, if
-    nvidia-ml-py is installed; {} otherwise (CPU jobs, AMD GPUs, the extra not installed)."""
-    if device.type != "cuda" or getattr(torch.version, "hip", None):
-        return {}
+def _nvml():
+    """The pynvml module, or None where nvidia-ml-py is not installed."""
     try:
         import pynvml
     except ImportError:
-        return {"note": "install rnnexp[gpu] (nvidia-ml-py) to record clocks and throttling"}
+        return None
+    return pynvml
+
+
+NVML_MISSING = {"note": "install rnnexp[gpu] (nvidia-ml-py) to record clocks and throttling"}
+
+
+def reads_nvml(device: torch.device) -> bool:
+    """NVML describes NVIDIA GPUs only: not CPU jobs, not AMD GPUs (ROCm builds)."""
+    return device.type == "cuda" and not getattr(torch.version, "hip", None)
+
+
+def pci_bus_id(props: Any) -> Optional[str]:
+    """The "DDDD:BB:DD.0" string NVML looks GPUs up by, from torch's device properties, whose
+    pci_domain_id/pci_bus_id/pci_device_id are ints (as torch/numa/binding.py formats them).
+    nvidia-ml-py hands its argument to c_char_p, which takes an int as an address: passing
+    the int itself makes NVML read memory at that address and crash the process."""
+    ids = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return None
+    domain, bus, dev = ids
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+
+
+def nvml_handle(pynvml: Any, device: torch.device) -> Any:
+    """NVML's handle of the job's GPU. NVML numbers GPUs without CUDA_VISIBLE_DEVICES: find
+    ours by its PCI bus id, else by its UUID; the index only where nothing is hidden."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    bus_id = pci_bus_id(props)
+    if bus_id:
+        return pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+    uuid = str(getattr(props, "uuid", "") or "")
+    if uuid:
+        return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-")
+                                                else f"GPU-{uuid}")
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def _throttle_names(pynvml: Any) -> dict[int, str]:
+    return {v: k.removeprefix("nvmlClocksThrottleReason")
+            for k, v in vars(pynvml).items()
+            if k.startswith("nvmlClocksThrottleReason") and isinstance(v, int)
+            and k not in ("nvmlClocksThrottleReasonAll", "nvmlClocksThrottleReasonNone")}
+
+
+def nvml_reading(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """One reading: SM/memory clocks, temperature, power and clock-throttle reasons."""
+    reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    mask = reasons_fn(handle)
+    return {
+        "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        "sm_max_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+        "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+        "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000,
+        "throttle_reasons": sorted(n for bit, n in _throttle_names(pynvml).items()
+                                   if mask & bit),
+    }
+
+
+def _nvml_error(err: Exception) -> dict[str, Any]:
+    return {"error": f"{type(err).__name__}: {err}"[:200]}
+
+
+def gpu_state(device: torch.device) -> dict[str, Any]:
+    """One reading of an NVIDIA GPU's clocks, temperature, power and clock-throttle reasons,
+    if nvidia-ml-py is installed; {} otherwise (CPU jobs, AMD GPUs)."""
+    if not reads_nvml(device):
+        return {}
+    pynvml = _nvml()
+    if pynvml is None:
+        return dict(NVML_MISSING)
     try:
         pynvml.nvmlInit()
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        bus_id = getattr(torch.cuda.get_device_properties(index), "pci_bus_id", None)
-        # NVML numbers GPUs without CUDA_VISIBLE_DEVICES: find ours by its PCI bus id.
-        handle = (pynvml.nvmlDeviceGetHandleByPciBusId(bus_id) if bus_id
-                  else pynvml.nvmlDeviceGetHandleByIndex(index))
-        reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        mask = reasons_fn(handle)
-        names = {v: k.removeprefix("nvmlClocksThrottleReason")
-                 for k, v in vars(pynvml).items()
-                 if k.startswith("nvmlClocksThrottleReason") and isinstance(v, int)
-                 and k not in ("nvmlClocksThrottleReasonAll", "nvmlClocksThrottleReasonNone")}
-        return {
-            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-            "sm_max_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
-            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle,
-                                                             pynvml.NVML_TEMPERATURE_GPU),
-            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000,
-            "throttle_reasons": sorted(n for bit, n in names.items() if mask & bit),
-        }
+        return nvml_reading(pynvml, nvml_handle(pynvml, device))
     except Exception as err:  # NVML missing or refused: recorded, never fatal
-        return {"error": f"{type(err).__name__}: {err}"[:200]}
+        return _nvml_error(err)
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+# How often the sampler reads NVML while the timed rounds run. NVML calls release the GIL
+# (ctypes), so a reading every quarter second costs the timing process nothing measurable.
+GPU_SAMPLE_S = 0.25
+
+
+class GpuSampler:
+    """NVML read while the timed rounds run (`start()` before them, `stop()` right after):
+    a reading taken after timing sees idle clocks and misses a throttle that slowed the
+    samples. The record holds the lowest and highest SM clock read, the hottest and most
+    power-hungry reading, and every throttle reason seen at any reading."""
+
+    def __init__(self, device: torch.device, interval_s: float = GPU_SAMPLE_S):
+        self.device = device
+        self.interval_s = interval_s
+        self._readings: list[dict[str, Any]] = []
+        self._error: Optional[dict[str, Any]] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._pynvml: Any = None
+        self._handle: Any = None
+        self._record: Optional[dict[str, Any]] = None
+
+    def start(self) -> GpuSampler:
+        if not reads_nvml(self.device):
+            return self
+        self._pynvml = _nvml()
+        if self._pynvml is None:
+            return self
+        try:
+            self._pynvml.nvmlInit()
+            self._handle = nvml_handle(self._pynvml, self.device)
+            self._read()
+        except Exception as err:  # NVML missing or refused: recorded, never fatal
+            self._error = _nvml_error(err)
+            return self
+        self._thread = threading.Thread(target=self._run, name="rnnexp-nvml", daemon=True)
+        self._thread.start()
+        return self
+
+    def _read(self) -> None:
+        self._readings.append(nvml_reading(self._pynvml, self._handle))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._read()
+            except Exception as err:
+                self._error = _nvml_error(err)
+                return
+
+    def stop(self) -> dict[str, Any]:
+        """The record of the timed rounds ({} where NVML does not apply); a second call
+        returns the same record."""
+        if self._record is None:
+            self._record = self._finish()
+        return self._record
+
+    def _finish(self) -> dict[str, Any]:
+        if not reads_nvml(self.device):
+            return {}
+        if self._pynvml is None:
+            return dict(NVML_MISSING)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            if self._error is None:
+                self._read()
+        except Exception as err:
+            self._error = _nvml_error(err)
+        finally:
+            try:
+                self._pynvml.nvmlShutdown()
+            except Exception:
+                pass
+        return summarise_readings(self._readings, self._error)
+
+
+def summarise_readings(readings: Sequence[Mapping[str, Any]],
+                       error: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """The last reading's values, the lowest SM clock, the highest temperature and power, and
+    every throttle reason any reading saw."""
+    if not readings:
+        return dict(error or {})
+    out = dict(readings[-1])
+    clocks = [r["sm_clock_mhz"] for r in readings]
+    out.update(sm_clock_mhz=min(clocks), sm_clock_max_read_mhz=max(clocks),
+               temperature_c=max(r["temperature_c"] for r in readings),
+               power_w=max(r["power_w"] for r in readings),
+               throttle_reasons=sorted({n for r in readings for n in r["throttle_reasons"]}),
+               readings=len(readings), read="during the timed rounds")
+    if error:
+        out.update(error)
+    return out
 
 
 # Throttle reasons that lower clocks below what the work asks for (idle and an application

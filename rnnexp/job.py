@@ -18,7 +18,7 @@ from typing import Any, Optional
 import torch
 from omegaconf import OmegaConf
 
-from rnnexp import memory, targets
+from rnnexp import memory, targets, verify
 from rnnexp import platform as platform_mod
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, resolve_device, torch_dtype
@@ -46,7 +46,12 @@ def make_backend(cfg: Config, plat: platform_mod.Platform, device: torch.device)
 
 
 def build_workload(cfg: Config, spec: WorkloadSpec) -> Workload:
-    return targets.call("model.build", cfg.model.build, spec)
+    workload = targets.call("model.build", cfg.model.build, spec)
+    if spec.reference_math:  # decided at plan time (verify.reference_plan)
+        workload.reference_math = spec.reference_math
+        workload.verify_note = "; ".join(filter(None, [workload.verify_note,
+                                                       spec.reference_note]))
+    return workload
 
 
 def foreign(python: Optional[str]) -> bool:
@@ -90,10 +95,16 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
     check_model_placement(choices.get("model", "?"), cfg.model, device, cfg.dtype, plat)
     backend = make_backend(cfg, plat, device)
     backend.check(choices.get("model", "?"), cfg.model)
-    memory.check(cfg, device, varlen="varlen" in str(targets.target_of(cfg.model.build)))
-    spec = WorkloadSpec(shape=cfg.shape, device=device, dtype=torch_dtype(cfg.dtype),
+    # Every process the scheduler may start for this configuration is alive at once.
+    memory.check(cfg, device, varlen="varlen" in str(targets.target_of(cfg.model.build)),
+                 processes=memory.processes_at_once(cfg.bench))
+    dtype = torch_dtype(cfg.dtype)
+    # A half-precision reference the CPU would take too long over is emulated in float32.
+    reference_math, reference_note = verify.reference_plan(cfg, dtype)
+    spec = WorkloadSpec(shape=cfg.shape, device=device, dtype=dtype,
                         seed=cfg.seed, script=backend.script(cfg.model),
-                        requires_grad=cfg.bench.backward)
+                        requires_grad=cfg.bench.backward, reference_math=reference_math,
+                        reference_note=reference_note)
     return Plan(cfg, dict(choices), list(overrides), plat, device, backend, spec)
 
 

@@ -11,7 +11,13 @@ are off by orders of magnitude, not to predict the allocator's peak:
   the cell state and its tanh (a cell loop run by autograd or TorchScript keeps every
   pointwise op's inputs: counted twice);
 - the reference verification builds on the CPU in float64 (and in the job's dtype);
-- a workspace margin of 25% + 64 MiB.
+- a workspace margin of 25% + 64 MiB;
+- on a GPU, a CUDA/HIP context per process.
+
+Several processes measure a configuration at once (bench.processes, up to
+bench.max_processes with a precision target: the scheduler keeps them all alive), and in an
+interleaved sweep other configurations' processes are alive beside them: each holds its own
+model, workspace and context. The reference is built by the verifying process only.
 
 A job that passes the estimate and still runs out of memory is caught (`is_out_of_memory`)
 and recorded as crashed with its shape.
@@ -27,10 +33,13 @@ import torch
 
 from rnnexp.errors import ConfigError
 from rnnexp.errors import crash_line as one_line
-from rnnexp.schema import Config, Form, ShapeConfig
+from rnnexp.schema import BenchConfig, Config, Form, ShapeConfig
 
 MARGIN = 1.25
 WORKSPACE_BYTES = 64 << 20
+# A process's CUDA context and loaded kernel modules on the GPU (~300-600 MiB with lazy
+# module loading, more without): paid by every process that measures on it.
+CONTEXT_BYTES = 512 << 20
 ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 GATES = {"lstm": 4, "gru": 3}
 SHAPE_FIELDS = ("seq_len", "batch_size", "input_size", "hidden_size", "num_layers")
@@ -40,6 +49,13 @@ SHAPE_FIELDS = ("seq_len", "batch_size", "input_size", "hidden_size", "num_layer
 class Estimate:
     device_bytes: int  # on the job's device
     host_bytes: int  # in CPU memory (the references; everything on a CPU job)
+
+    def __add__(self, other: Estimate) -> Estimate:
+        return Estimate(self.device_bytes + other.device_bytes,
+                        self.host_bytes + other.host_bytes)
+
+
+NOTHING = Estimate(0, 0)
 
 
 def _elements(shape: ShapeConfig, family: str, form: Form, backward: bool,
@@ -71,6 +87,24 @@ def estimate(cfg: Config, varlen: bool = False) -> Estimate:
     return Estimate(device_bytes=margin(model), host_bytes=margin(reference))
 
 
+def processes_at_once(bench: BenchConfig) -> int:
+    """How many processes measure a configuration at once: bench.processes, or up to
+    bench.max_processes with a precision target — rnnexp.schedule's max_processes, which
+    keeps every process it starts alive until the configuration is done."""
+    if bench.precision is None:
+        return bench.processes
+    return max(bench.processes, bench.max_processes or bench.processes)
+
+
+def concurrent(cfg: Config, device: torch.device, varlen: bool = False, processes: int = 1
+               ) -> Estimate:
+    """What `processes` processes measuring this configuration at once hold: each its model
+    (and on a GPU its context), the reference once (the verifying process builds it)."""
+    one = estimate(cfg, varlen)
+    per_process = one.device_bytes + (CONTEXT_BYTES if device.type == "cuda" else 0)
+    return Estimate(device_bytes=processes * per_process, host_bytes=one.host_bytes)
+
+
 def free_bytes(device: torch.device) -> Optional[int]:
     """Memory free for a new allocation on `device`: the GPU's free memory, or available RAM
     (bounded by the process's address-space limit, when one is set); None if unknown (a
@@ -79,7 +113,10 @@ def free_bytes(device: torch.device) -> Optional[int]:
         if not torch.cuda.is_available():
             return None
         free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
+        # Blocks this process's caching allocator holds but no tensor uses (a sweep's earlier
+        # job, the roofline's copy buffers) count as used for the driver, yet are reused here.
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free) + max(0, int(cached))
     return free_host_bytes()
 
 
@@ -111,10 +148,16 @@ def shape_text(shape: ShapeConfig) -> str:
 
 
 def check(cfg: Config, device: torch.device, varlen: bool = False,
-          free: Optional[dict[str, int]] = None) -> Estimate:
-    """ConfigError naming the shape when the job cannot fit; `free` overrides what is free
-    ({"device": bytes, "host": bytes}) for tests of the decision."""
-    est = estimate(cfg, varlen)
+          free: Optional[dict[str, int]] = None, *, processes: int = 1,
+          alongside: Estimate = NOTHING) -> Estimate:
+    """ConfigError naming the shape when the job cannot fit; returns the estimate checked.
+
+    `processes`: how many processes of this configuration are alive at once (the scheduler's
+    `max_processes(cfg.bench)`); `alongside`: what other configurations' processes alive at
+    the same time hold (an interleaved sweep's window: the sum of their `concurrent(...)`).
+    `free` overrides what is free ({"device": bytes, "host": bytes}) for tests of the
+    decision."""
+    est = concurrent(cfg, device, varlen, processes) + alongside
     on_cpu = device.type == "cpu"
     needs = {"host": est.host_bytes + (est.device_bytes if on_cpu else 0)}
     if not on_cpu:
@@ -125,10 +168,14 @@ def check(cfg: Config, device: torch.device, varlen: bool = False,
             have = free_host_bytes() if where == "host" else free_bytes(device)
         if have is not None and need > have:
             place = "RAM" if where == "host" else f"memory on {device}"
+            many = f"; {processes} processes at once" if processes > 1 else ""
+            others = "; with the other configurations alive beside it" if alongside.device_bytes \
+                or alongside.host_bytes else ""
             raise ConfigError("shape", f"needs about {human(need)} ({shape_text(cfg.shape)}, "
                               f"{cfg.dtype.value}{', with backward' if cfg.bench.backward else ''}"
-                              f"), {human(have)} of {place} free",
-                              "reduce shape.seq_len, shape.batch_size or shape.hidden_size")
+                              f"{many}{others}), {human(have)} of {place} free",
+                              "reduce shape.seq_len, shape.batch_size or shape.hidden_size"
+                              + (" or bench.processes/bench.max_processes" if many else ""))
     return est
 
 

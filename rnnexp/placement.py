@@ -25,8 +25,9 @@ from rnnexp import platform
 from rnnexp.schema import Config, DeviceKind
 
 # The GPUs this machine shows, for launcher configs: submitit's local executor hides every GPU
-# it is not told about (CUDA_VISIBLE_DEVICES), so conf/hydra/launcher/rnnexp_local.yaml
-# gives each job all of them and placement gives each job its own.
+# it is not told about (submitit/local/local.py start_controller sets CUDA_VISIBLE_DEVICES to
+# the first gpus_per_node, "" for none), so conf/hydra/launcher/rnnexp_local.yaml gives each
+# job all of them and placement gives each job its own.
 OmegaConf.register_new_resolver("rnnexp_gpus", lambda: platform.current().gpu_count,
                                 replace=True)
 

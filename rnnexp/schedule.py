@@ -171,6 +171,7 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None,
     # What other processes do is read over the set-up (build, verify, warm-up: up to right
     # before timing; waited for, or refused, as bench.quiet says) and over the timed samples.
     set_up = environment.snapshot()
+    gpu = environment.GpuSampler(planned.device)
     try:
         add(bench.processes)
         env = environment.machine(planned.plat.cpu_name)
@@ -182,6 +183,7 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None,
             bench.quiet.value, bench.quiet_timeout_s, progress,
             first=environment.look_since(set_up, earlier=environment.last_look()))
         timed = environment.snapshot()
+        gpu.start()  # NVML is read while the rounds run
         if progress:
             progress.phase("timed", bench.iters * max_processes(bench))
         ready = readies[0]
@@ -217,11 +219,12 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None,
             if len(shares) < max_processes(bench) and min(counts) >= min(bench.min_iters,
                                                                           bench.iters):
                 add()
+        env.gpu = gpu.stop()
         finished = [share.finish() for share in shares]
         # Timed samples shorter than a look's shortest window are read with the set-up.
         env.after = environment.look_since(timed, earlier=set_up)
-        env.gpu = environment.gpu_state(planned.device)
     finally:
+        gpu.stop()  # a no-op once stopped: ends the sampling thread after an error
         for share in shares:
             share.close()
     return Measured(environment=env, profile=finished[0].profile,

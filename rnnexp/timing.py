@@ -71,8 +71,10 @@ class PerfCounterClock:
 class CudaEventClock:
     """Device events: times the GPU work between marks without host round-trips inside.
 
-    `arm(n)` creates the next n events before a timed region, so `mark()` only records one:
-    creating an event inside the region would put host work between the recorded events."""
+    `arm(n)` makes the next n events before a timed region, so `mark()` only records one:
+    creating an event inside the region would put host work between the recorded events.
+    torch.cuda.Event() is lazy (c10's CUDAEvent calls cudaEventCreate at its first record),
+    so arming records each event once: constructing it alone would create nothing."""
 
     name = "cuda_event"
 
@@ -81,7 +83,10 @@ class CudaEventClock:
         self._ready: list[torch.cuda.Event] = []
 
     def arm(self, n: int) -> None:
+        stream = torch.cuda.current_stream(self._device)
         self._ready = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for event in self._ready:
+            event.record(stream)  # creates it now; mark() records it again
 
     def mark(self) -> torch.cuda.Event:
         event = self._ready.pop(0) if self._ready else torch.cuda.Event(enable_timing=True)

@@ -17,20 +17,36 @@ an absolute 1e-5 in float32 let a +1e-2 weight fault pass at the default shape (
 error, 7e-6, is 50× the reference's but below 1e-5). Models that approximate their reference
 by design (dynamic quantization) keep an absolute (atol, rtol) instead.
 
+The low-precision reference computes as the job does: in float32 with TF32 matmuls where
+cuDNN runs TF32 (`backend.allow_tf32`), its floor then one TF32 unit; a half dtype emulated
+in float32 where the CPU's native kernels would take too long (rnnexp.emulation).
+
 Where the model is its reference formulation run the same way (nn.LSTM / nn.GRU on the CPU),
 both errors are equal and the rule passes by construction: there it checks structure only.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator, Optional
 
 import torch
 
+from rnnexp import emulation
+from rnnexp.models import work
 from rnnexp.models.inputs import REFERENCE_DTYPE
+from rnnexp.schema import Config
 from rnnexp.workload import Workload
+
+# A low-precision reference expected to take longer than this on the CPU is emulated in
+# float32 instead (float16 without native CPU support: ~40× slower than float32).
+REFERENCE_BUDGET_S = 60.0
+# No CPU runs a reference slower than this: below budget × it, no rate is measured.
+SLOWEST_GFLOPS = 0.1
+PROBE_SIZE = 256
 
 # Dynamo's 2-3× is too tight for recurrences: the model's and the reference's rounding
 # errors are both amplified along the few unstable directions of the recurrence, so their
@@ -51,6 +67,9 @@ class Verification:
     multiple: Optional[float] = None  # error / reference_error, as measured
     allowed_multiple: Optional[float] = None  # k
     floor: Optional[float] = None  # eps(dtype) · rms(float64)
+    # How the low-precision reference computed, when not natively in the job's dtype
+    # (rnnexp.emulation: "tf32" or "emulated").
+    reference_math: str = ""
     # Absolute tolerances, for models verified that way (quantized) instead of by multiple.
     atol: Optional[float] = None
     rtol: Optional[float] = None
@@ -97,15 +116,23 @@ def _verify(workload: Workload, dtype: torch.dtype, absolute: Optional[tuple[flo
             *, backward: bool) -> Verification:
     # Every reference is built before the model runs: dynamic_eltwise's reference rebuilds
     # the sample the model's next forward takes.
+    arith = workload.reference_math
     reference = workload.reference(REFERENCE_DTYPE)  # type: ignore[misc]
-    low = None if absolute else workload.reference(dtype)  # type: ignore[misc]
+    low = None if absolute else workload.reference(  # type: ignore[misc]
+        emulation.reference_dtype(arith, dtype))
+    if low is not None and arith == emulation.EMULATED:
+        emulation.round_tensors([*low.params, *tensors(low.inputs)], dtype)
     grads = backward and workload.has_backward and reference.has_backward
     got = results(workload, grads)
     want = _reference_results(reference, grads)
     _check_alignment(got, want)
     if absolute:
         return _compare_absolute(got, want, *absolute)
-    return _compare_measured(got, want, _reference_results(low, grads), dtype)
+    with emulation.arithmetic(arith, dtype):
+        low_results = _reference_results(low, grads)
+    result = _compare_measured(got, want, low_results, dtype, arith)
+    result.reference_math = arith
+    return result
 
 
 def _reference_results(reference: Workload, grads: bool) -> list[tuple[str, torch.Tensor]]:
@@ -155,17 +182,19 @@ def max_abs_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return (_f64(actual) - _f64(expected)).abs().max().item() if actual.numel() else 0.0
 
 
-def floor(dtype: torch.dtype, expected: torch.Tensor) -> float:
-    return torch.finfo(dtype).eps * rms_error(expected, torch.zeros_like(expected))
+def floor(dtype: torch.dtype, expected: torch.Tensor, arith: str = "") -> float:
+    """One unit of the precision the job computes in (TF32's under "tf32"), times the RMS."""
+    return emulation.eps(arith, dtype) * rms_error(expected, torch.zeros_like(expected))
 
 
-def _compare_measured(got: list, want: list, low: list, dtype: torch.dtype) -> Verification:
+def _compare_measured(got: list, want: list, low: list, dtype: torch.dtype,
+                      arith: str = "") -> Verification:
     """The measured rule for every tensor; the record names the one nearest (or past) its
     bound, so a passing record shows the margin and a failing one the culprit."""
     worst, worst_load, max_abs = None, -1.0, 0.0
     for (name, a), (_, e), (_, r) in zip(got, want, low, strict=True):
         err, ref_err = rms_error(a, e), rms_error(r, e)
-        k, base = MULTIPLE, floor(dtype, e)
+        k, base = MULTIPLE, floor(dtype, e, arith)
         load = _load(err, k * (0.0 if math.isnan(ref_err) else ref_err) + base)
         max_abs = max(max_abs, max_abs_error(a, e))
         if load > worst_load:
@@ -173,7 +202,7 @@ def _compare_measured(got: list, want: list, low: list, dtype: torch.dtype) -> V
     name, err, ref_err, k, base = worst  # type: ignore[misc]
     failed = worst_load > 1.0
     detail = (f"{name}: rms error {err:.3g} > {k:g} × {ref_err:.3g} (reference in "
-              f"{_short(dtype)}) + {base:.3g}" if failed else "")
+              f"{emulation.describe(arith, dtype)}) + {base:.3g}" if failed else "")
     return Verification("failed" if failed else "passed", max_abs, name, err, ref_err,
                         err / ref_err if ref_err else None, k, base, detail=detail)
 
@@ -200,5 +229,41 @@ def _compare_absolute(got: list, want: list, atol: float, rtol: float) -> Verifi
                         detail=failure)
 
 
-def _short(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+@functools.cache
+def cpu_gflops(dtype: torch.dtype) -> float:
+    """This CPU's matmul rate in `dtype`, GFLOP/s (best of three 256×256 products)."""
+    a = torch.ones(PROBE_SIZE, PROBE_SIZE, dtype=dtype)
+    a @ a  # first-use costs
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - t0)
+    return 2 * PROBE_SIZE ** 3 / max(best, 1e-9) / 1e9
+
+
+def reference_flops(cfg: Config) -> float:
+    """FLOPs of one low-precision reference run (forward, and backward when timed)."""
+    work_of = {"lstm": work.lstm_work, "gru": work.gru_work}.get(cfg.model.family)
+    if work_of is None:  # eltwise: one cell step, cheap anywhere
+        return 0.0
+    w = work_of(cfg.shape, 2)
+    return w.flops_fwd + (w.flops_bwd if cfg.bench.backward else 0.0)
+
+
+def reference_plan(cfg: Config, dtype: torch.dtype, rate: Optional[float] = None
+                   ) -> tuple[str, str]:
+    """At plan time: ("emulated", why) when the reference in the job's half dtype would
+    take longer than REFERENCE_BUDGET_S on this CPU (`rate` GFLOP/s, measured if not
+    given), else ("", "")."""
+    flops = reference_flops(cfg) if cfg.bench.verify else 0.0
+    if dtype not in (torch.float16, torch.bfloat16) or \
+            flops <= REFERENCE_BUDGET_S * SLOWEST_GFLOPS * 1e9:
+        return "", ""
+    rate = rate or cpu_gflops(dtype)
+    seconds = flops / (rate * 1e9)
+    if seconds <= REFERENCE_BUDGET_S:
+        return "", ""
+    name = str(dtype).removeprefix("torch.")
+    return emulation.EMULATED, (f"{name} reference emulated in float32: natively about "
+                                f"{seconds:.0f} s on this CPU ({rate:.2g} GFLOP/s in {name})")

@@ -24,6 +24,10 @@ class WorkloadSpec:
     script: bool = False
     # Build tensors that need gradients (false for forward-only runs).
     requires_grad: bool = True
+    # The low-precision reference's arithmetic, decided at plan time (Workload.reference_math),
+    # and why, for the verification record.
+    reference_math: str = ""
+    reference_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,10 @@ class Workload:
     verify_note: str = ""
     # Input sizes change from call to call: compilers must build for symbolic sizes.
     dynamic_shapes: bool = False
+    # How the low-precision reference computes (rnnexp.emulation): "" in the job's dtype;
+    # "tf32" float32 with TF32 matmuls (set by cudnn with allow_tf32); "emulated" the job's
+    # half dtype emulated in float32 (chosen at plan time when the CPU is too slow for it).
+    reference_math: str = ""
 
     @property
     def has_backward(self) -> bool:

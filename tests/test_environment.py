@@ -8,12 +8,14 @@ import subprocess
 import sys
 from contextlib import contextmanager
 
+import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
 from rnnexp import environment
 from rnnexp.environment import BUSY, HIGH_SPREAD, OVERSUBSCRIBED, Environment, Look
 from rnnexp.results import Result
+from tests import fake_pynvml
 from tests.conftest import TINY, load_results
 
 RUN = [*TINY, "model=lstm", "backend=aten", "device=cpu"]
@@ -132,3 +134,38 @@ def test_a_short_look_extends_back_to_the_last_one_instead_of_sleeping(monkeypat
     environment.look_since(environment.snapshot())  # nothing earlier: it waits its window
     assert len(slept) == 1 and 0 < slept[0] <= environment.MIN_LOOK_S
     assert environment.last_look() is not previous
+
+
+# --- NVML on a simulated NVIDIA GPU (a fake pynvml as strict as the real one is dangerous) --
+
+GPU0 = torch.device("cuda", 0)
+
+
+@pytest.fixture
+def nvml(monkeypatch):
+    fake = fake_pynvml.make()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: fake_pynvml.Props())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    return fake
+
+
+def test_nvml_finds_the_gpu_by_a_bus_id_string_not_the_int_torch_holds(nvml):
+    state = environment.gpu_state(GPU0)
+    assert "error" not in state, state  # an int bus id would have crashed the process
+    assert nvml.handles == ["0000:1b:00.0"]
+    assert state["sm_clock_mhz"] == fake_pynvml.IDLE["sm"] and state["throttle_reasons"]
+
+
+def test_nvml_is_read_while_the_timed_rounds_run(nvml):
+    sampler = environment.GpuSampler(GPU0, interval_s=0.001).start()
+    nvml.state = fake_pynvml.BUSY_THROTTLED  # the timed rounds: clocks throttled by heat
+    assert nvml.read_while_busy.wait(timeout=10)
+    nvml.state = fake_pynvml.IDLE  # timing over, work drained: idle again before stop()
+    state = sampler.stop()
+    assert "HwThermalSlowdown" in state["throttle_reasons"]
+    assert state["sm_clock_mhz"] == fake_pynvml.IDLE["sm"]  # the lowest read
+    assert state["temperature_c"] == fake_pynvml.BUSY_THROTTLED["temp"]
+    env = Environment(cores=8, torch_threads=1, gpu=state)
+    environment.assess(env, {}, GPU0)
+    assert environment.GPU_THROTTLED in env.flags

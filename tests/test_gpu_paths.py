@@ -2,23 +2,36 @@
 patched torch queries or the CPU analogue; the `gpu`-marked tests at the end confirm each
 point on real hardware (`make test-gpu`, README "On a GPU")."""
 
+import inspect
+import re
 from dataclasses import replace
 
 import pytest
 import torch
 
-from rnnexp import config_check, execution, job, platform
+from rnnexp import (
+    config_check,
+    emulation,
+    environment,
+    execution,
+    job,
+    memory,
+    platform,
+    schema,
+)
+from rnnexp import verify as verify_mod
 from rnnexp.backends import jitflags
+from rnnexp.backends.inductor import Inductor
 from rnnexp.backends.scripting import UNFUSED
 from rnnexp.backends.torchscript import TensorExpr
 from rnnexp.backends.vendor import Aten, Cudnn, Miopen
-from rnnexp.errors import RnnexpError, UnsupportedError
+from rnnexp.errors import ConfigError, RnnexpError, UnsupportedError
 from rnnexp.models import native
 from rnnexp.schema import ShapeConfig
 from rnnexp.timing import CudaEventClock, measure
 from rnnexp.verify import verify
 from rnnexp.workload import WorkloadSpec
-from tests.conftest import TINY, gpu
+from tests.conftest import TINY, compose_cfg, gpu
 from tests.test_backends import CUDA_GPU, ROCM_GPU, plan, refusal
 
 AMPERE = replace(CUDA_GPU, gpu_names=("NVIDIA A100",), gpu_capabilities=((8, 0),),
@@ -60,7 +73,8 @@ def test_a_raising_cudnn_version_is_recorded_not_fatal(monkeypatch):
         raise RuntimeError("cuDNN version incompatibility: PyTorch was compiled  against "
                            "(9, 10, 2) but found runtime version (9, 1, 0).\nmore")
 
-    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    # torch.backends.cudnn wraps its module (PropModule): patch the function flags() calls.
+    monkeypatch.setattr(torch.backends.cudnn.m, "is_available", lambda: True)
     monkeypatch.setattr(torch.backends.cudnn, "version", version)
     platform.current.cache_clear()
     try:
@@ -127,9 +141,13 @@ def test_aten_records_the_rnn_kernels_that_ran():
 
 # --- 4. TF32 is an explicit cuDNN option, off by default, recorded --------------------------
 
+def cudnn_plan(*overrides, plat=AMPERE):
+    return plan(["backend=cudnn", "device=cuda", *overrides], plat).backend
+
+
 @pytest.mark.parametrize("allow", [False, True])
 def test_cudnn_sets_tf32_explicitly(allow):
-    backend = Cudnn(AMPERE, CUDA, allow_tf32=allow)
+    backend = cudnn_plan("model=lstm", f"backend.allow_tf32={allow}")
     with backend.flags_context()[0]:  # cudnn.flags() alone would default to True
         assert torch.backends.cudnn.allow_tf32 is allow
     info = backend.info()
@@ -137,8 +155,54 @@ def test_cudnn_sets_tf32_explicitly(allow):
 
 
 def test_tf32_takes_effect_only_for_float32_on_sm80():
-    assert not Cudnn(VOLTA, CUDA, allow_tf32=True).info()["tf32_effective"]
-    assert not Cudnn(AMPERE, CUDA, allow_tf32=True, dtype=torch.float16).info()["tf32_effective"]
+    tf32 = "backend.allow_tf32=true"
+    assert not cudnn_plan("model=lstm", tf32, plat=VOLTA).info()["tf32_effective"]
+    assert not cudnn_plan("model=lstm", tf32, "dtype=float16").info()["tf32_effective"]
+
+
+def test_tf32_is_not_claimed_for_cell_loops_whose_matmuls_are_cublas():
+    # issue 24, 3: cudnn.allow_tf32 reaches cuDNN's RNN kernel only; a jit* loop's matmuls
+    # are cuBLAS's, pinned to full FP32.
+    assert cudnn_plan("model=lstm", "backend.allow_tf32=true").info()["tf32_effective"]
+    assert not cudnn_plan("model=jit", "backend.allow_tf32=true").info()["tf32_effective"]
+
+
+def tf32_lstm(seq_len=50, hidden=128):
+    """An nn.LSTM whose forward computes as cuDNN with allow_tf32 does: matmul operands
+    rounded to TF32 (simulated on the CPU, oneDNN's fused kernel off so they are visible)."""
+    shape = ShapeConfig(seq_len=seq_len, num_layers=1, input_size=64, hidden_size=hidden,
+                        batch_size=4)
+    spec = WorkloadSpec(shape=shape, device=torch.device("cpu"), dtype=torch.float32, seed=0)
+    workload = native.lstm(spec)
+    forward = workload.forward
+
+    def tf32_forward(*args):
+        with emulation.arithmetic(emulation.TF32, torch.float32):
+            return forward(*args)
+
+    workload.forward = tf32_forward
+    return workload
+
+
+def test_a_tf32_lstm_is_verified_against_a_tf32_reference():
+    workload = tf32_lstm()
+    native_rule = verify(workload, torch.float32, backward=True)
+    assert native_rule.status == "failed"  # a float32 reference: far tighter than TF32
+    workload.reference_math = cudnn_plan("model=lstm", "backend.allow_tf32=true"
+                                         ).reference_math()  # what Cudnn.prepare sets
+    result = verify(workload, torch.float32, backward=True)
+    assert result.status == "passed", result.detail
+    assert result.reference_math == "tf32" and result.floor > native_rule.floor
+
+
+def test_the_tf32_reference_still_catches_a_wrong_weight():
+    workload = tf32_lstm()
+    workload.reference_math = emulation.TF32
+    w_ih, H = workload.params[0], 128
+    with torch.no_grad():  # a planted fault: the input and forget gates' weights swapped
+        w_ih[:2 * H] = torch.cat([w_ih[H:2 * H], w_ih[:H]]).clone()
+    result = verify(workload, torch.float32, backward=True)
+    assert result.status == "failed" and "TF32 matmuls" in result.detail
 
 
 @pytest.mark.parametrize("backend", ["aten", "miopen", "jit", "te", "inductor"])
@@ -151,6 +215,37 @@ def test_auto_refuses_tf32_where_it_picks_another_library():
     assert refusal(["backend=auto", "device=cuda", "backend.allow_tf32=true"], ROCM_GPU) == (
         "backend=miopen has no TF32 option (backend.allow_tf32 is for cuDNN) — use "
         "backend.allow_tf32=false")
+
+
+# --- issue 24, 4: float32 matmuls pinned to full FP32 and recorded -------------------------
+
+@pytest.fixture(params=["float32_matmul_precision", "fp32_precision"])
+def tf32_matmuls_asked(request):
+    """TF32 matmuls asked for through either of torch's two APIs: the legacy one is what
+    TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 sets at start-up (float32_matmul_precision "high")."""
+    matmul = torch.backends.cuda.matmul
+    if request.param == "fp32_precision":
+        matmul.fp32_precision = "tf32"
+    else:
+        torch.set_float32_matmul_precision("high")
+    yield
+    if request.param == "fp32_precision":
+        matmul.fp32_precision = "none"
+    else:
+        torch.set_float32_matmul_precision("highest")
+    assert torch.get_float32_matmul_precision() == "highest"  # later tests see the default
+
+
+@pytest.mark.parametrize("overrides", [["backend=aten", "model=lstm"],
+                                       ["backend=jit", "model=jit"],
+                                       ["backend=inductor", "model=py"]])
+def test_float32_matmuls_run_full_fp32_under_every_backend_and_say_so(overrides,
+                                                                       tf32_matmuls_asked):
+    backend = plan([*overrides, *TINY]).backend
+    with backend.context():
+        assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"  # the user's, given back
+    assert backend.info()["matmul_fp32_precision"] == "ieee"
 
 
 # --- 6. bfloat16 on the chosen GPU; the chosen GPU is the current one ----------------------
@@ -266,11 +361,14 @@ class _HostClock:
 def test_cuda_events_are_created_before_the_timed_region(monkeypatch):
     log = []
 
-    class Event:  # torch.cuda.Event: log creation and recording
+    class Event:  # torch.cuda.Event: the CUDA event is created at its first record
         def __init__(self, enable_timing=False):
-            log.append("create")
+            self.created = False
 
         def record(self, stream=None):
+            if not self.created:
+                self.created = True
+                log.append("create")
             log.append("record")
 
         def elapsed_time(self, other):
@@ -280,12 +378,131 @@ def test_cuda_events_are_created_before_the_timed_region(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     measure(Steps(log), warmup=1, iters=2, clock=CudaEventClock(CUDA))
-    inside = False  # between a start and an end record
-    for entry in log:
-        if entry == "record":
-            inside = not inside
-        assert not (inside and entry == "create"), log
-    assert log.count("record") == 12 and log.count("create") == 12
+    # Arming logs ("create", "record") pairs; a mark inside the timed region a lone "record".
+    marks = [i for i, e in enumerate(log) if e == "record" and log[i - 1] != "create"]
+    assert len(marks) == 12 and log.count("create") == 12, log
+    for i in range(0, 12, 4):  # an iteration: forward start … backward end
+        assert "create" not in log[marks[i]:marks[i + 3] + 1], log
+
+
+# --- issue 24, 10: small things ------------------------------------------------------------
+
+def test_entering_miopen_does_not_touch_the_benchmark_limit(monkeypatch):
+    """ROCm's _cuda_set_cudnn_benchmark_limit warns "Benchmark limit not supported in MIOpen";
+    torch.backends.cudnn.flags() sets it on entry and again on exit."""
+    touched = []
+    # torch.backends.cudnn wraps its module (PropModule): patch the function flags() calls.
+    monkeypatch.setattr(torch.backends.cudnn.m, "is_available", lambda: True)
+    monkeypatch.setattr(torch._C, "_cuda_get_cudnn_benchmark_limit", lambda: 10, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_set_cudnn_benchmark_limit", touched.append,
+                        raising=False)
+    backend = Miopen(ROCM_GPU, CUDA)
+    enabled = torch.backends.cudnn.enabled
+    with backend.flags_context()[0]:
+        assert torch.backends.cudnn.enabled is True and not torch.backends.cudnn.benchmark
+    assert touched == [] and torch.backends.cudnn.enabled is enabled
+    with Aten(ROCM_GPU, CUDA).flags_context()[0]:
+        assert torch.backends.cudnn.enabled is False
+    assert touched == []
+
+
+def test_a_compiled_module_on_a_gpu_records_no_onednn():
+    assert "onednn" not in Inductor(CUDA_GPU, CUDA, allow_rnn=True).info()
+    assert Inductor(CUDA_GPU, torch.device("cpu"), allow_rnn=True).info()["onednn"] is False
+
+
+def test_submitits_local_executor_sets_cuda_visible_devices():
+    """placement relies on it: the issue's CUDA_AVAILABLE_DEVICES is not what it sets."""
+    from submitit.local import local
+
+    source = inspect.getsource(local.start_controller)
+    assert "CUDA_VISIBLE_DEVICES=cuda_devices" in source
+    assert "CUDA_AVAILABLE_DEVICES" not in inspect.getsource(local)
+
+
+# --- issue 24, 2: CUDA graphs are never recorded inside the timed samples -----------------
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_cudagraph_modes_refuse_a_model_whose_sizes_change_every_call(mode):
+    job = ["backend=inductor", f"backend.mode={mode}", "model=dynamic_eltwise", "device=cuda"]
+    assert refusal(job, CUDA_GPU) == (
+        f"backend=inductor mode={mode} records a CUDA graph for each new input size, and "
+        "model=dynamic_eltwise changes sizes every call (dynamic shapes): the recordings "
+        "would land in the timed samples — use backend.mode=default")
+    assert plan(["backend=inductor", f"backend.mode={mode}", "model=eltwise", "device=cuda"],
+                CUDA_GPU)  # static sizes: one recording, before timing
+    assert plan([*job[:-1], "device=cpu"])  # no CUDA graphs on the CPU
+
+
+# --- issue 24, 8: a half-precision reference the CPU would take hours over ----------------
+
+DEEPBENCH = ["shape.seq_len=50", "shape.batch_size=64", "shape.input_size=2048",
+             "shape.hidden_size=2048", "shape.num_layers=1"]
+
+
+def test_a_slow_float16_reference_is_emulated_and_says_how_long_it_would_take(monkeypatch):
+    # An AMD EPYC without AVX512-FP16: float16 mm at 0.5 GFLOP/s (float32: ~20).
+    monkeypatch.setattr(verify_mod, "cpu_gflops", lambda dtype: 0.5)
+    job = ["model=lstm", "backend=cudnn", "device=cuda", "dtype=float16", *DEEPBENCH]
+    spec = plan(job, AMPERE).spec
+    assert spec.reference_math == "emulated"
+    assert re.fullmatch(r"float16 reference emulated in float32: natively about \d+ s on "
+                        r"this CPU \(0.5 GFLOP/s in float16\)", spec.reference_note)
+    assert plan([*job, "bench.verify=false"], AMPERE).spec.reference_math == ""
+    monkeypatch.setattr(verify_mod, "cpu_gflops", lambda dtype: 5000.0)  # native fp16
+    assert plan(job, AMPERE).spec.reference_math == ""
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_an_emulated_half_reference_verifies_the_model_and_catches_a_fault(dtype):
+    shape = ShapeConfig(seq_len=20, num_layers=2, input_size=32, hidden_size=64, batch_size=4)
+    spec = WorkloadSpec(shape=shape, device=torch.device("cpu"), dtype=dtype, seed=0,
+                        reference_math="emulated", reference_note="emulated: why")
+    workload = job.build_workload(schema.validate(compose_cfg(["model=lstm"])), spec)
+    result = verify(workload, dtype, backward=True)
+    assert result.status == "passed" and result.reference_math == "emulated"
+    assert "emulated: why" in result.detail
+    w_ih, H = workload.params[0], 64
+    with torch.no_grad():  # the input and forget gates' weights swapped
+        w_ih[:2 * H] = torch.cat([w_ih[H:2 * H], w_ih[:H]]).clone()
+    result = verify(workload, dtype, backward=True)
+    assert result.status == "failed" and "emulated in float32" in result.detail
+
+
+# --- issue 24, 5/6: what the memory check counts --------------------------------------------
+
+def test_the_memory_check_counts_every_process_alive_at_once(monkeypatch):
+    overrides = ["model=lstm", "backend=aten", "device=cpu", "shape=default",
+                 "bench.processes=10"]
+    cfg = schema.validate(compose_cfg(overrides))
+    one = memory.concurrent(cfg, torch.device("cpu"))
+    ten = memory.concurrent(cfg, torch.device("cpu"), processes=10)
+    # Enough RAM for one process, not for ten: the tenth worker would run out.
+    monkeypatch.setattr(memory, "free_host_bytes", lambda: (one.device_bytes + one.host_bytes
+                                                            + ten.device_bytes) // 2)
+    with pytest.raises(ConfigError) as err:
+        plan(overrides)
+    assert "10 processes at once" in str(err.value) and "bench.processes" in str(err.value)
+    assert plan([*overrides[:-1], "bench.processes=1"])
+    # On a GPU each process also holds its own context; other configurations alive beside it
+    # (an interleaved sweep) are counted when the caller passes them.
+    gpu = torch.device("cuda", 0)
+    assert memory.concurrent(cfg, gpu, processes=10).device_bytes == \
+        10 * (memory.estimate(cfg).device_bytes + memory.CONTEXT_BYTES)
+    free = {"device": memory.concurrent(cfg, gpu).device_bytes, "host": 64 << 30}
+    memory.check(cfg, gpu, free=free)
+    with pytest.raises(ConfigError, match="with the other configurations alive beside it"):
+        memory.check(cfg, gpu, free=free, alongside=memory.concurrent(cfg, gpu))
+
+
+def test_blocks_cached_by_this_process_count_as_free_on_a_gpu(monkeypatch):
+    gib = 1 << 30
+    # A sweep's earlier job (the roofline's copy buffers) left 3 GiB reserved, 0.5 in use.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 3 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: gib // 2)
+    assert memory.free_bytes(CUDA) == 1 * gib + 3 * gib - gib // 2
 
 
 # --- on a GPU: `make test-gpu` -------------------------------------------------------------
@@ -389,3 +606,66 @@ def test_gpu_8_no_warmup_no_verify_still_keeps_first_use_off_the_clock(model):
     result = _run(f"model={model}", "backend=auto", "bench.warmup=0", "bench.verify=false")
     assert result.status == "ok"
     assert result.backend.details["first_call_s"] or result.backend.details["optimize_s"]
+
+
+# --- on a GPU, issue 24: `make test-gpu` ---------------------------------------------------
+
+@pytest.mark.gpu
+@gpu
+def test_gpu24_7_armed_events_exist_before_the_timed_region():
+    assert torch.cuda.Event(enable_timing=True).cuda_event == 0  # lazy: nothing created yet
+    clock = CudaEventClock(torch.device("cuda", torch.cuda.current_device()))
+    clock.arm(4)
+    assert all(event.cuda_event != 0 for event in clock._ready)
+
+
+@pytest.mark.gpu
+@gpu
+@nvidia
+def test_gpu24_1_nvml_reads_the_jobs_gpu_without_crashing():
+    pytest.importorskip("pynvml", reason="rnnexp[gpu] (nvidia-ml-py) not installed")
+    device = torch.device("cuda", torch.cuda.device_count() - 1)
+    state = environment.gpu_state(device)  # an int bus id here killed the process
+    assert "error" not in state and state["sm_max_clock_mhz"] > 0, state
+    result = _run("model=lstm", "backend=auto")
+    assert result.environment.gpu["readings"] >= 2  # before, (during,) after the rounds
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_gpu24_2_cuda_graphs_are_recorded_before_timing_or_refused(mode):
+    with pytest.raises(UnsupportedError, match="records a CUDA graph for each new input size"):
+        _run("model=dynamic_eltwise", "backend=inductor", f"backend.mode={mode}")
+    result = _run("model=eltwise", "backend=inductor", f"backend.mode={mode}")
+    assert result.status == "ok", result.reason  # one recording, before the samples
+
+
+@pytest.mark.gpu
+@gpu
+@nvidia
+def test_gpu24_3_a_tf32_lstm_passes_verification_against_a_tf32_reference():
+    if torch.cuda.get_device_capability(0) < (8, 0):
+        pytest.skip("TF32 needs SM >= 8.0")
+    on = _run("model=lstm", "backend=cudnn", "backend.allow_tf32=true", "shape.seq_len=50",
+              "shape.hidden_size=128")
+    assert on.backend.details["tf32_effective"] is True
+    assert on.verification.status == "passed", on.verification.detail
+    assert on.verification.reference_math == "tf32"
+    loop = _run("model=jit", "backend=cudnn", "backend.allow_tf32=true")
+    assert loop.backend.details["tf32_effective"] is False  # cuBLAS matmuls: full FP32
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("model, backend", [("lstm", "aten"), ("jit", "jit"),
+                                            ("py", "inductor")])
+def test_gpu24_4_float32_matmuls_run_full_fp32_when_tf32_was_asked_for(model, backend):
+    torch.set_float32_matmul_precision("high")  # what TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 sets
+    try:
+        result = _run(f"model={model}", f"backend={backend}")
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    assert result.backend.details["matmul_fp32_precision"] == "ieee"
+    assert result.verification.status == "passed", result.verification.detail
+

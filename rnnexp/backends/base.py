@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import ContextManager
+from typing import ContextManager, Iterator
 
 import torch
 
@@ -30,6 +30,32 @@ def loop_twin(model: ModelConfig) -> str:
 def scripted_twin(model: ModelConfig) -> str:
     """The scripted formulation to suggest instead of an eager Python loop."""
     return f"model={model.twin} (its scripted twin)" if model.twin else "a jit* model"
+
+
+@contextlib.contextmanager
+def full_fp32_matmuls() -> Iterator[None]:
+    """cuBLAS float32 matmuls in full FP32 while a job runs, whatever the process started
+    with: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (ATen's Context.h starts matmul precision at
+    "high") or a user's allow_tf32 / set_float32_matmul_precision make them TF32, unrecorded.
+    Set through the API family already in use: torch raises once the legacy getters meet a
+    precision set through `fp32_precision`."""
+    matmul = torch.backends.cuda.matmul
+    try:
+        legacy = torch.get_float32_matmul_precision()
+    except RuntimeError:  # set through fp32_precision: stay with it
+        legacy = None
+    if legacy is not None:
+        torch.set_float32_matmul_precision("highest")
+    else:
+        old = matmul.fp32_precision
+        matmul.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        if legacy is not None:
+            torch.set_float32_matmul_precision(legacy)
+        else:
+            matmul.fp32_precision = old
 
 
 def untimed_runs(workload: Workload, device: torch.device, runs: int) -> float:
@@ -71,6 +97,7 @@ class Backend:
         self.device = device
         self.dtype = dtype
         self.first_call_s: float | None = None
+        self.matmul_fp32_precision: str | None = None  # read inside context()
 
     def check(self, model_name: str, model: ModelConfig) -> None:
         """Raise UnsupportedError with a one-line reason if this model cannot run here."""
@@ -82,11 +109,15 @@ class Backend:
 
     def context(self) -> ContextManager:
         """Entered around build, verification and timing: the chosen GPU is the current one
-        (so `device.index >= 1` jobs query and run on it), plus the backend's own flags."""
+        (so `device.index >= 1` jobs query and run on it), float32 matmuls in full FP32,
+        plus the backend's own flags."""
         stack = contextlib.ExitStack()
         stack.enter_context(use_device(self.device))
+        stack.enter_context(full_fp32_matmuls())  # no backend offers TF32 matmuls
         for ctx in self.flags_context():
             stack.enter_context(ctx)
+        # Read back, for the record: what float32 matmuls ran with ("ieee": full FP32).
+        self.matmul_fp32_precision = torch.backends.cuda.matmul.fp32_precision
         return stack
 
     def flags_context(self) -> list[ContextManager]:
@@ -110,7 +141,8 @@ class Backend:
 
     def info(self) -> dict:
         """Versions and flags that identify what actually ran."""
-        return {"name": self.name, "first_call_s": self.first_call_s}
+        return {"name": self.name, "first_call_s": self.first_call_s,
+                "matmul_fp32_precision": self.matmul_fp32_precision}
 
     def refuse(self, reason: str, *use: str) -> None:
         """One line: `backend=NAME <reason> — use <what would work>`."""

@@ -20,6 +20,9 @@ from rnnexp.platform import Platform
 from rnnexp.schema import ModelConfig
 from rnnexp.workload import Workload
 
+# torch.compile modes that record CUDA graphs on a GPU (torch._inductor.list_mode_options).
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+
 
 class Inductor(Backend):
     name = "inductor"
@@ -44,10 +47,21 @@ class Inductor(Backend):
             self.refuse(f"compiles cell-loop formulations; model={model_name} is an nn module "
                         "that dynamo does not trace", loop_twin(model),
                         "backend.allow_rnn=true (compile the module itself)", "backend=aten")
+        self.check_cudagraphs(model_name, bool(model.build.get("dynamic_shapes", False)))
         # Inductor writes C++ for the CPU and builds it with the host compiler.
         if self.device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++")):
             self.refuse("needs a C++ compiler to compile for the CPU and found no g++ or c++ "
                         "(install one)", "backend=aten")
+
+    def check_cudagraphs(self, model_name: str, dynamic: bool) -> None:
+        """CUDA graph trees record one graph per distinct set of integer sizes of a dynamic
+        graph (torch/_inductor/cudagraph_trees.py; triton.cudagraph_skip_dynamic_graphs is
+        False by default): a model whose sizes change every call would record inside the
+        timed samples, and dynamo's counters do not count recordings."""
+        if dynamic and self.device.type == "cuda" and self.mode in CUDAGRAPH_MODES:
+            self.refuse(f"mode={self.mode} records a CUDA graph for each new input size, and "
+                        f"model={model_name} changes sizes every call (dynamic shapes): the "
+                        "recordings would land in the timed samples", "backend.mode=default")
 
     def flags_context(self) -> list:
         if not self.allow_rnn:
@@ -66,6 +80,7 @@ class Inductor(Backend):
         # Static shapes unless the workload's sizes change from call to call (dynamic_eltwise):
         # then one graph with symbolic sizes, instead of a compile per new shape.
         self.dynamic = workload.dynamic_shapes
+        self.check_cudagraphs("this model", self.dynamic)  # a workload built in code too
         workload.forward = torch.compile(workload.forward, mode=self.mode, dynamic=self.dynamic)
         t0 = time.perf_counter()
         try:
@@ -113,7 +128,10 @@ class Inductor(Backend):
                 (f"; first failed guard: {first}" if first else ""))
 
     def info(self) -> dict:
-        rnn = {"allow_rnn": True, "onednn": self.device.type != "cpu"} if self.allow_rnn else {}
+        # oneDNN is switched off for a compiled nn module on the CPU (flags_context) and has
+        # no part in a GPU job: recorded only where it was a choice.
+        rnn = ({"allow_rnn": True, **({"onednn": False} if self.device.type == "cpu" else {})}
+               if self.allow_rnn else {})
         return {**super().info(), "mode": self.mode, "dynamic": self.dynamic,
                 "compile_s": self.compile_s, **rnn,
                 "warm_runs": self.AFTER_COMPILE_CALLS,

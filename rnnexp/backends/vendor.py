@@ -12,12 +12,14 @@ runs one forward under a dispatch recorder and refuses unless the vendor op ran.
 
 from __future__ import annotations
 
-from typing import ContextManager
+import contextlib
+from typing import ContextManager, Iterator
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from rnnexp import emulation
 from rnnexp.backends.base import Backend
 from rnnexp.backends.scripting import UNFUSED, ScriptedRun
 from rnnexp.platform import Platform
@@ -48,6 +50,24 @@ class _OpsSeen(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@contextlib.contextmanager
+def library_flags(enabled: bool, allow_tf32: bool) -> Iterator[None]:
+    """The vendor library on or off, TF32 as asked, autotuning off; restored afterwards.
+    Not torch.backends.cudnn.flags(): it also sets and restores cuDNN's benchmark limit,
+    which on ROCm warns "Benchmark limit not supported in MIOpen" in every job."""
+    C = torch._C
+    old = (C._get_cudnn_enabled(), C._get_cudnn_benchmark(), C._get_cudnn_allow_tf32())
+    C._set_cudnn_enabled(enabled)
+    C._set_cudnn_benchmark(False)
+    C._set_cudnn_allow_tf32(allow_tf32)
+    try:
+        yield
+    finally:
+        C._set_cudnn_enabled(old[0])
+        C._set_cudnn_benchmark(old[1])
+        C._set_cudnn_allow_tf32(old[2])
+
+
 def has_rnn_module(workload: Workload) -> bool:
     return any(isinstance(m, nn.RNNBase) for mod in workload.modules for m in mod.modules())
 
@@ -73,6 +93,7 @@ class VendorLibrary(Backend):
         self.scripted = ScriptedRun(UNFUSED)  # for `form: loop` models, scripted here too
         self.rnn_ops: list[str] | None = None
         self.picked_because = ""  # set by `auto`
+        self.rnn_kernel_model = False  # set by `check`: the model calls the RNN kernel
 
     def uses_rnn_kernel(self, model: ModelConfig) -> bool:
         return model.form == "module"  # nn.LSTM/GRU; cell loops never call an RNN kernel
@@ -88,12 +109,13 @@ class VendorLibrary(Backend):
                         "backend=aten")
 
     def flags_context(self) -> list[ContextManager]:
-        # allow_tf32 explicitly: cudnn.flags() defaults to allow_tf32=True. Never mixed with
-        # torch.backends.cudnn.rnn.fp32_precision (set alone, it makes cudnn.flags() raise).
-        return [torch.backends.cudnn.flags(enabled=self.enabled, allow_tf32=self.allow_tf32),
+        # allow_tf32 explicitly: cuDNN's own default is True.
+        return [library_flags(enabled=self.enabled, allow_tf32=self.allow_tf32),
                 self.scripted.context()]
 
     def prepare(self, workload: Workload) -> Workload:
+        # Verified against a reference that computes as cuDNN will.
+        workload.reference_math = self.reference_math() or workload.reference_math
         if not self.scripted.optimise(workload, self.device):
             super().prepare(workload)  # one untimed call: first-use costs off the clock
         if has_rnn_module(workload):
@@ -115,9 +137,16 @@ class VendorLibrary(Backend):
         return self.scripted.timed_changes(workload)
 
     def tf32_effective(self) -> bool:
+        """cuDNN's RNN kernel runs TF32 math: asked for, float32 on SM >= 8.0, and a model
+        that calls the kernel (a cell loop's matmuls are cuBLAS's, pinned to full FP32)."""
         cap = self.plat.capability(self.device.index) if self.device.type == "cuda" else None
         return bool(self.allow_tf32 and self.enabled and self.dtype == torch.float32
-                    and not self.plat.hip_version and cap is not None and cap >= (8, 0))
+                    and self.rnn_kernel_model and not self.plat.hip_version
+                    and cap is not None and cap >= (8, 0))
+
+    def reference_math(self) -> str:
+        """How verification's low-precision reference must compute (rnnexp.emulation)."""
+        return emulation.TF32 if self.tf32_effective() else ""
 
     def info(self) -> dict:
         info = {**super().info(), "vendor_library": self.enabled,
@@ -138,6 +167,7 @@ class Cudnn(VendorLibrary):
     kernel = "aten::_cudnn_rnn"
 
     def check(self, model_name, model) -> None:
+        self.rnn_kernel_model = self.uses_rnn_kernel(model)
         plat = self.plat
         if plat.hip_version:
             self.refuse(f"needs a CUDA build of PyTorch; this build is {plat.build}",
