@@ -18,11 +18,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from hydra import initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_automatic_config_search_path
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -33,6 +35,8 @@ from rnnexp.schema import Config, closest, validate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CONFIG_NAME = "config"
+# The module of the Hydra app: a relative --config-path is relative to its package.
+APP_MODULE = "rnnexp.cli"
 
 
 def group_options(group: str) -> list[str]:
@@ -185,46 +189,70 @@ def _composition_errors_in_one_line() -> Iterator[None]:
         raise RnnexpError(one_line(err)) from None
 
 
-def _compose_job(job: Sequence[str], hydra_overrides: Sequence[str] = ()):
+def _compose_job(job: Sequence[str], hydra_overrides: Sequence[str] = (),
+                 config_name: str = CONFIG_NAME):
     """A job's config as the launcher composes it (Hydra's node included), through
     rnnexp.compositions: each distinct set of group choices is composed once, and the
     launcher of this process's sweep finds the composition made here."""
     loader = GlobalHydra.instance().config_loader()
     with _composition_errors_in_one_line():
-        return compositions.load(loader, CONFIG_NAME, [*hydra_overrides, *job])
+        return compositions.load(loader, config_name, [*hydra_overrides, *job])
 
 
-def check(overrides: Sequence[str], multirun: bool) -> list[Config]:
+@contextlib.contextmanager
+def _as_hydra_searches(config_path: str | None, config_dir: str | None) -> Iterator[None]:
+    """Hydra initialised with the config search path its app will use: the primary config
+    folder (--config-path), with --config-dir before it, as Hydra's `_run_hydra` makes it
+    (the primary config's own hydra.searchpath is read while composing)."""
+    search_path = create_automatic_config_search_path(None, APP_MODULE,
+                                                      config_path or str(CONF_DIR))
+    if config_dir is not None:
+        folder = os.path.abspath(config_dir)
+        if not os.path.isdir(folder):
+            raise RnnexpError(f"--config-dir: {folder} is not a folder")
+        search_path.prepend(provider="command-line", path=f"file://{folder}")
+    backup = get_gh_backup()
+    Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
+    try:
+        yield
+    finally:
+        restore_gh_from_backup(backup)
+
+
+def check(overrides: Sequence[str], multirun: bool, config_path: str | None = None,
+          config_dir: str | None = None, config_name: str | None = None) -> list[Config]:
     """Compose and validate each job (its sinks' and model factory's options too, and every
-    `_target_` against the allowlist); raise RnnexpError with one line on the first problem.
-    Returns the typed configs, in job order."""
+    `_target_` against the allowlist, Hydra's node included) from the configs Hydra will
+    read (--config-path, --config-dir, --config-name); raise RnnexpError with one line on
+    the first problem. Nothing is instantiated. Returns the typed configs, in job order."""
     check_command_line(overrides)
     check_output_dir(overrides, multirun)
     configs = []
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    name = config_name or CONFIG_NAME
+    with _composition_errors_in_one_line(), _as_hydra_searches(config_path, config_dir):
         composed = {}
         hydra_overrides = _hydra_overrides(overrides)
         try:
             jobs = expand_jobs(overrides, multirun)
             if len(jobs) == 1:  # a preset may make this a sweep (hydra.mode, sweeper.params)
-                base = _compose_job(jobs[0], hydra_overrides)
+                base = _compose_job(jobs[0], hydra_overrides, name)
                 composed[_key(jobs[0])] = base
                 _CHOICES[_key(jobs[0])] = {
                     k: v for k, v in base.hydra.runtime.choices.items()
                     if not k.startswith("hydra/")}
-                targets.check_tree("hydra.callbacks", OmegaConf.to_container(
-                    base.hydra.callbacks, resolve=False))
+                targets.check_hydra(OmegaConf.to_container(base.hydra, resolve=False))
                 if multirun or OmegaConf.select(base, "hydra.mode") == RunMode.MULTIRUN:
                     jobs = expand_jobs(overrides, True, sweep_params(base))
         except OverrideParseException as err:
             raise RnnexpError(f"command line: {one_line(err)}") from None
         for job in jobs:
-            cfg = composed.get(_key(job)) or _compose_job(job, hydra_overrides)
+            cfg = composed.get(_key(job)) or _compose_job(job, hydra_overrides, name)
             app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()
                    if k != "hydra"}
             targets.check_tree("", app)
+            targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
             config = validate(cfg)
-            sinks.build(config.sinks)
+            sinks.check(config.sinks)
             targets.bind("model.build", config.model.build, None)  # None: the spec
             _VALIDATED[_key(job)] = config
             configs.append(config)

@@ -71,6 +71,11 @@ class Sink:
 
     name = "sink"
 
+    @classmethod
+    def check_options(cls, **options: Any) -> None:
+        """Raise ConfigError for an option value the sink would refuse; called by the config
+        check, which builds no sink (a sink's __init__ checks the same)."""
+
     def on_sweep_start(self, sweep: Sweep) -> None:
         """Before the first job; may put what jobs need into `sweep.state[self.name]`."""
 
@@ -82,6 +87,17 @@ class Sink:
 
     def on_abort(self, sweep: Sweep, result: Result) -> None:
         """The sweep is cut short by this job (Ctrl-C, a signal)."""
+
+
+def check(config: Mapping[str, Any]) -> None:
+    """The sinks `build` would make can be made — every target a Sink class of rnnexp (or an
+    extension), its options taken and in range — without making any."""
+    for name, node in config.items():
+        if not isinstance(node, Mapping):
+            raise targets.ConfigError(f"sinks.{name}", f"must be a sink's config, got {node!r}",
+                                      "e.g. sinks=[json,console,mlflow]")
+        cls = targets.bind(f"sinks.{name}", node)
+        cls.check_options(**targets.options_of(node))
 
 
 def build(config: Mapping[str, Any]) -> list[Sink]:

@@ -29,11 +29,15 @@ def check_uri(uri: str) -> None:
 
 
 class Mlflow(Sink):
-    def __init__(self, uri: str, experiment: str = "rnnexp"):
-        uri = credentials.take(uri)  # userinfo → MLflow's credential variables
-        check_uri(uri)
-        if not experiment.strip():
+    @classmethod
+    def check_options(cls, uri: str, experiment: str = "rnnexp") -> None:
+        check_uri(credentials.redact(str(uri)))
+        if not str(experiment).strip():
             raise ConfigError("sinks.mlflow.experiment", "is empty", "name the MLflow experiment")
+
+    def __init__(self, uri: str, experiment: str = "rnnexp"):
+        self.check_options(uri, experiment)
+        uri = credentials.take(uri)  # userinfo → MLflow's credential variables
         self.uri, self.experiment = uri, experiment
 
     @contextmanager
