@@ -223,10 +223,11 @@ def main() -> None:
     try:
         if not informational:
             try:
-                configs = config_check.check(args.overrides, multirun=args.multirun,
-                                             config_path=args.config_path,
-                                             config_dir=args.config_dir,
-                                             config_name=args.config_name)
+                checked, configs = config_check.check_hiding_credentials(
+                    args.overrides, multirun=args.multirun, config_path=args.config_path,
+                    config_dir=args.config_dir, config_name=args.config_name)
+                sys.argv += checked[len(args.overrides):]  # credentials from config files
+                args.overrides = checked
                 if any(schedule.uses_workers(c) for c in configs):
                     isolation.prestart()  # imports in parallel with the rest of start-up
                 if not args.multirun and len(configs) == 1:

@@ -29,7 +29,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rnnexp import compositions, sinks, targets
+from rnnexp import compositions, credentials, sinks, targets
 from rnnexp.errors import ConfigError, RnnexpError, full_error
 from rnnexp.schema import Config, closest, validate
 
@@ -197,6 +197,22 @@ def _compose_job(job: Sequence[str], hydra_overrides: Sequence[str] = (),
     loader = GlobalHydra.instance().config_loader()
     with _composition_errors_in_one_line():
         return compositions.load(loader, config_name, [*hydra_overrides, *job])
+
+
+def check_hiding_credentials(overrides: Sequence[str], multirun: bool,
+                             **where: str | None) -> tuple[list[str], list[Config]]:
+    """`check`, and the overrides Hydra must compose with so that no credential a config
+    file holds (a URI's password or token) is recorded: each such value is replaced by its
+    hidden form (rnnexp.credentials), and the jobs checked again with it. (overrides, configs)
+    """
+    configs = check(overrides, multirun, **where)
+    plain = OmegaConf.to_container(OmegaConf.structured(configs[0]), resolve=True,
+                                   enum_to_str=True) if configs else {}
+    extra = credentials.hidden_overrides(plain)
+    if not extra:
+        return list(overrides), configs
+    overrides = [*overrides, *extra]
+    return overrides, check(overrides, multirun, **where)
 
 
 @contextlib.contextmanager

@@ -41,8 +41,7 @@ LOGGING_PREFIXES = ("logging.", "hydra.", "colorlog.", "rich.logging.")
 LOGGING_NODES = ("hydra.job_logging", "hydra.hydra_logging")
 # Environment variables a config may not set for the job (hydra.job.env_set): each makes a
 # process the job starts load code (LD_PRELOAD, PYTHONSTARTUP, ...) or widens the allowlist.
-UNSAFE_ENV = ("LD_", "DYLD_", "PYTHON", EXTRA_ENV, "BASH_ENV", "ENV", "PATH",
-              "MLFLOW_TRACKING_URI")
+UNSAFE_ENV = ("LD_", "DYLD_", "PYTHON", "RNNEXP_", "BASH_ENV", "ENV", "PATH", "MLFLOW_")
 
 
 def allowed_prefixes() -> tuple[str, ...]:

@@ -37,8 +37,8 @@ class Mlflow(Sink):
 
     def __init__(self, uri: str, experiment: str = "rnnexp"):
         self.check_options(uri, experiment)
-        uri = credentials.take(uri)  # userinfo → MLflow's credential variables
-        self.uri, self.experiment = uri, experiment
+        # Shown and written redacted; the store connects with the original (store.connect).
+        self.uri, self.experiment = credentials.hide(uri), experiment
 
     @contextmanager
     def client(self) -> Iterator[tuple[object, str]]:
