@@ -26,7 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from hydra.types import RunMode
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rnnexp import compositions, credentials, sinks, targets
@@ -119,15 +119,23 @@ def _suggest(key: str, schema: Any) -> str:
 
 def check_command_line(overrides: Sequence[str]) -> None:
     """The grammar of every override, Hydra's own included, and the allowlist for any
-    `_target_` an override sets or adds (e.g. +hydra.callbacks.x._target_=...)."""
-    parser, parsed = OverridesParser.create(), []
+    `_target_` an override sets or adds (e.g. +hydra.callbacks.x._target_=...). Within a
+    Hydra context (`check`): glob() lists the options of the group it sweeps."""
+    loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() \
+        else None
+    parser, parsed = OverridesParser.create(config_loader=loader), []
     for text in overrides:
         try:
             parsed += parser.parse_overrides([text])
-        except OverrideParseException as err:
-            raise RnnexpError(f"{text}: {one_line(err)}") from None
+        except (OverrideParseException, ValueError) as err:  # ValueError: a 5000-digit int
+            shown = text if len(text) <= 80 else text[:60] + "…"
+            raise RnnexpError(f"{shown}: {one_line(err)}") from None
     for override in parsed:
         key = override.key_or_group
+        if loader is not None and not override.is_delete() and override.value() is None \
+                and loader.repository.group_exists(key):
+            raise ConfigError(key, "null is not an option of this group",
+                              f"choose one of: {', '.join(group_options(key)) or '?'}")
         values = list(override.sweep_iterator()) if override.is_sweep_override() else \
             [override.value()]
         for value in values:
@@ -143,19 +151,22 @@ def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
     removing) a temporary folder in its nearest existing parent, before Hydra makes it."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith(key + "=")]
+    if given and not given[-1].strip().strip("'\""):  # '' would write into the current folder
+        raise ConfigError(key, "is empty", "name a folder, e.g. outputs/mine")
     if not given or "${" in given[-1]:
         return  # the default folder under the current directory, or an interpolation
     folder = Path(given[-1]).expanduser().absolute()
     parent = folder
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
     try:
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
         if not parent.is_dir():
             raise NotADirectoryError(f"{parent} is not a folder")
         os.rmdir(tempfile.mkdtemp(prefix=".rnnexp-check-", dir=parent))
     except OSError as err:
         reason = err.strerror or str(err)
-        raise ConfigError(key, f"cannot create {folder} ({reason})",
+        shown = str(folder) if len(str(folder)) <= 120 else str(folder)[:100] + "…"
+        raise ConfigError(key, f"cannot create {shown} ({reason})",
                           "choose a writable folder") from None
 
 
@@ -183,7 +194,7 @@ def choices(overrides: Sequence[str]) -> dict[str, str] | None:
 def _composition_errors_in_one_line() -> Iterator[None]:
     try:
         yield
-    except (HydraException, OmegaConfBaseException) as err:
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
         if full_error():  # Hydra's own error and traceback, as the user asked
             raise
         raise RnnexpError(one_line(err)) from None
@@ -215,6 +226,33 @@ def check_hiding_credentials(overrides: Sequence[str], multirun: bool,
     return overrides, check(overrides, multirun, **where)
 
 
+# Launcher fields that are durations in minutes (submitit's): at least one.
+LAUNCHER_MINUTES = ("timeout_min",)
+
+
+def check_run(cfg: DictConfig, multirun: bool) -> None:
+    """What a single config cannot say about itself: fields that only mean something in a
+    sweep, a run that would record nothing, Hydra folders and launcher limits."""
+    if OmegaConf.select(cfg, "resume") and not multirun:
+        raise ConfigError("resume", "only applies to a sweep re-run in its folder",
+                          "add -m and hydra.sweep.dir=<the sweep's folder>")
+    if not OmegaConf.select(cfg, "sinks"):
+        raise ConfigError("sinks", "is empty: the measurement would be recorded nowhere",
+                          "e.g. sinks=[json,console]")
+    subdir = cfg.hydra.sweep._get_node("subdir") if multirun else None
+    if subdir is not None:  # unresolved: ${hydra.job.num} is only known in the job
+        raw = str(subdir._value())
+        if raw.startswith(("/", "~")) or ".." in Path(raw).parts or not raw.strip():
+            raise ConfigError("hydra.sweep.subdir", f"'{raw}' leaves the sweep's folder",
+                              "use a relative name inside it, e.g. ${hydra.job.num}")
+    launcher = OmegaConf.select(cfg, "hydra.launcher") or {}
+    for name in LAUNCHER_MINUTES:
+        value = launcher.get(name) if multirun else None
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ConfigError(f"hydra.launcher.{name}", f"must be ≥ 1 minute, got {value}")
+
+
 @contextlib.contextmanager
 def _as_hydra_searches(config_path: str | None, config_dir: str | None) -> Iterator[None]:
     """Hydra initialised with the config search path its app will use: the primary config
@@ -241,11 +279,11 @@ def check(overrides: Sequence[str], multirun: bool, config_path: str | None = No
     `_target_` against the allowlist, Hydra's node included) from the configs Hydra will
     read (--config-path, --config-dir, --config-name); raise RnnexpError with one line on
     the first problem. Nothing is instantiated. Returns the typed configs, in job order."""
-    check_command_line(overrides)
     check_output_dir(overrides, multirun)
     configs = []
     name = config_name or CONFIG_NAME
     with _composition_errors_in_one_line(), _as_hydra_searches(config_path, config_dir):
+        check_command_line(overrides)
         composed = {}
         hydra_overrides = _hydra_overrides(overrides)
         try:
@@ -257,12 +295,15 @@ def check(overrides: Sequence[str], multirun: bool, config_path: str | None = No
                     k: v for k, v in base.hydra.runtime.choices.items()
                     if not k.startswith("hydra/")}
                 targets.check_hydra(OmegaConf.to_container(base.hydra, resolve=False))
-                if multirun or OmegaConf.select(base, "hydra.mode") == RunMode.MULTIRUN:
+                multirun = multirun or OmegaConf.select(base, "hydra.mode") == RunMode.MULTIRUN
+                if multirun:
                     jobs = expand_jobs(overrides, True, sweep_params(base))
         except OverrideParseException as err:
             raise RnnexpError(f"command line: {one_line(err)}") from None
         for job in jobs:
             cfg = composed.get(_key(job)) or _compose_job(job, hydra_overrides, name)
+            if not configs:
+                check_run(cfg, multirun)
             app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()
                    if k != "hydra"}
             targets.check_tree("", app)

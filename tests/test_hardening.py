@@ -102,10 +102,38 @@ BAD_INPUTS = [
     (["+hydra.job.env_set.LD_PRELOAD=/tmp/evil.so"], "hydra.job.env_set.LD_PRELOAD"),
     (["+hydra.job.env_set.RNNEXP_TARGETS=os"], "hydra.job.env_set.RNNEXP_TARGETS"),
     (["--experimental-rerun", "x.pickle"], "--experimental-rerun"),
+    # Sweep grammar that needs the config repository, null and huge values, interpolations.
+    (["-m", "model=glob(lstm*)", "+shape.foo=1"], "shape.foo"),
+    (["-m", "+deepbench=glob(*)", "+bench.itters=1"], "bench.itters"),
+    (["-m", "seed=range(0,2)", "+shape.foo=1"], "shape.foo"),
+    (["model=null"], "model: null is not an option"),
+    (["~model"], "model"),
+    (["seed=" + "9" * 400], "seed: must be in"),
+    (["shape.seq_len=" + "9" * 5000], "shape.seq_len"),
+    (["shape.seq_len=${oc.env:RNNEXP_SURELY_MISSING}"], "shape.seq_len"),
+    (["shape.seq_len=${nosuch:x}"], "shape.seq_len"),
+    (["seed=${seed}"], "seed"),
+    (["hydra.run.dir=/tmp/" + "a" * 300 + "/x"], "hydra.run.dir"),
+    # Bounds, checked before anything runs.
+    (["bench.iters=1000000000"], "bench.iters: must be ≤ 1e+06"),
+    (["bench.warmup=1000000000"], "bench.warmup"),
+    (["bench.block_ms=inf"], "bench.block_ms: must be a finite number"),
+    (["bench.round_ms=nan"], "bench.round_ms: must be a finite number"),
+    (["deepbench.scale=-1"], "deepbench.scale"),
+    (["model.family=banana"], "model.family"),
+    (["resume=true"], "resume: only applies to a sweep"),
+    (["sinks=[]"], "sinks: is empty"),
+    (["hydra.run.dir="], "hydra.run.dir: is empty"),
+    (["-m", "seed=1,2", "hydra.sweep.subdir=../escaped"], "hydra.sweep.subdir"),
+    (["-m", "seed=1,2", "hydra/launcher=rnnexp_local", "hydra.launcher.timeout_min=-1"],
+     "hydra.launcher.timeout_min"),
+    (["sinks.mlflow.uri=ftp://host/x"], "sinks.mlflow.uri"),
+    (["sinks.mlflow.uri=nosuch://x"], "sinks.mlflow.uri"),
+    (["sinks.mlflow.uri=sqlite:////proc/nope/mlflow.db"], "sinks.mlflow.uri"),
 ]
 
 # Run as real processes too: one of each kind of check.
-SUBPROCESS = [0, 9, 20, 26, 33, 43, 47, 50, 51, 52, 57, 60, 65, 69]
+SUBPROCESS = [0, 9, 20, 26, 33, 43, 47, 50, 51, 52, 57, 60, 65, 69, 70, 73, 81, 82, 87, 92]
 
 
 def one_error_line(stderr: str) -> str:
