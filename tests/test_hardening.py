@@ -258,3 +258,26 @@ def test_callback_from_any_config_source_runs_nothing(source, tmp_path):
     else:
         args = [f"hydra.searchpath=[file://{folder}]", "+experiment=evil"]
     _one_line_exit_2_and_nothing_made(args, tmp_path, made)
+
+
+BROKEN_RESULTS = {"truncated": '{"schema": 2, "status": "ok", "cho', "empty": "",
+                  "not-json": "not json at all", "foreign": '{"a": 1}'}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_RESULTS))
+@pytest.mark.parametrize("layout", ["run", "sweep"])
+def test_sync_names_a_broken_results_file_in_one_line(kind, layout, tmp_path):
+    """A truncated, empty or foreign results.json is never uploaded as a result: sync names
+    the file and what is wrong with it, in one line, exit 2, and makes no store."""
+    folder = tmp_path / layout
+    job = folder / "0" if layout == "sweep" else folder
+    job.mkdir(parents=True)
+    (job / "results.json").write_text(BROKEN_RESULTS[kind])
+    proc = subprocess.run([sys.executable, "-m", "rnnexp.sync", str(folder), "--tracking-uri",
+                           f"sqlite:///{tmp_path}/store.db"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc.stderr)
+    assert str(job / "results.json") in line
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "store.db").exists()

@@ -63,7 +63,7 @@ def isolated_child(parent: psutil.Process, timeout: float = 180) -> psutil.Proce
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_kills_the_isolated_child_and_records_killed(signum, tmp_path):
     proc = start("-m", "model=jit", "backend=jit", "shape=small", "bench.warmup=0",
-                 "bench.iters=10000000", "bench.verify=false", "seed=0,1",
+                 "bench.iters=1000000", "bench.verify=false", "seed=0,1",
                  f"hydra.sweep.dir={tmp_path}/sweep", tmp=tmp_path)
     parent = psutil.Process(proc.pid)
     child = isolated_child(parent)

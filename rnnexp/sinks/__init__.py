@@ -112,16 +112,18 @@ def build(config: Mapping[str, Any]) -> list[Sink]:
     return sinks
 
 
-def load_jobs(sweep_dir: Path) -> list[tuple[Path, Result]]:
-    """(job folder, result) for every job of a sweep that saved one, in job order."""
-    from rnnexp.results import RESULTS_FILE
+def load_jobs(sweep_dir: Path, broken: Optional[list] = None) -> list[tuple[Path, Result]]:
+    """(job folder, result) for every job of a sweep that saved one, in job order; the
+    files that are no result (truncated, empty, foreign) go to `broken` if given."""
+    from rnnexp.results import RESULTS_FILE, BrokenResults
 
     found = []
     for path in Path(sweep_dir).rglob(RESULTS_FILE):
         try:
-            found.append((path.parent, Result.load(path)))
-        except (OSError, ValueError, TypeError):
-            continue  # not one of ours
+            found.append((path.parent, Result.load_checked(path)))
+        except BrokenResults as err:
+            if broken is not None:
+                broken.append(err)
     key = lambda item: [int(p) if p.isdigit() else p  # noqa: E731 — 2 before 10
                         for p in item[0].relative_to(sweep_dir).parts]
     return sorted(found, key=key)
