@@ -223,12 +223,19 @@ def main() -> None:
     sys.argv[1:] = credentials.take_from_process(sys.argv[1:])
     signals.install()
     args, _ = get_args_parser().parse_known_args()
+    if args.experimental_rerun is not None:  # it unpickles the file: code from anywhere
+        fail("--experimental-rerun: refused — it loads a pickle, which can run any code; "
+             "run the command line again instead")
     informational = args.help or args.hydra_help or args.info or args.cfg or \
         args.shell_completion
     try:
         if not informational:
             try:
-                configs = config_check.check(args.overrides, multirun=args.multirun)
+                checked, configs = config_check.check_hiding_credentials(
+                    args.overrides, multirun=args.multirun, config_path=args.config_path,
+                    config_dir=args.config_dir, config_name=args.config_name)
+                sys.argv += checked[len(args.overrides):]  # credentials from config files
+                args.overrides = checked
                 if any(schedule.uses_workers(c) for c in configs):
                     isolation.prestart()  # imports in parallel with the rest of start-up
                 if not args.multirun and len(configs) == 1:

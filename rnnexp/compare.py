@@ -34,6 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rnnexp import compare_chart, exit_codes, roofline_chart, significance, summary, sweeps
+from rnnexp.credentials import redact
 from rnnexp.errors import RnnexpError
 from rnnexp.report import console, print_error, print_warning
 from rnnexp.results import OK, format_ms, label
@@ -426,7 +427,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print_error(str(err))
         return EXIT_USER_ERROR
     except Exception as err:
-        print_error(f"MLflow store {args.tracking_uri}: {store.short_reason(err)}")
+        print_error(f"MLflow store {redact(str(args.tracking_uri))}: "
+                    f"{redact(store.short_reason(err))}")
         return EXIT_USER_ERROR
 
 

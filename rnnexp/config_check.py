@@ -18,21 +18,25 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from hydra import initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_automatic_config_search_path
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from hydra.types import RunMode
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rnnexp import compositions, sinks, targets
+from rnnexp import compositions, credentials, sinks, targets
 from rnnexp.errors import ConfigError, RnnexpError, full_error
 from rnnexp.schema import Config, closest, validate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CONFIG_NAME = "config"
+# The module of the Hydra app: a relative --config-path is relative to its package.
+APP_MODULE = "rnnexp.cli"
 
 
 def group_options(group: str) -> list[str]:
@@ -115,15 +119,23 @@ def _suggest(key: str, schema: Any) -> str:
 
 def check_command_line(overrides: Sequence[str]) -> None:
     """The grammar of every override, Hydra's own included, and the allowlist for any
-    `_target_` an override sets or adds (e.g. +hydra.callbacks.x._target_=...)."""
-    parser, parsed = OverridesParser.create(), []
+    `_target_` an override sets or adds (e.g. +hydra.callbacks.x._target_=...). Within a
+    Hydra context (`check`): glob() lists the options of the group it sweeps."""
+    loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() \
+        else None
+    parser, parsed = OverridesParser.create(config_loader=loader), []
     for text in overrides:
         try:
             parsed += parser.parse_overrides([text])
-        except OverrideParseException as err:
-            raise RnnexpError(f"{text}: {one_line(err)}") from None
+        except (OverrideParseException, ValueError) as err:  # ValueError: a 5000-digit int
+            shown = text if len(text) <= 80 else text[:60] + "…"
+            raise RnnexpError(f"{shown}: {one_line(err)}") from None
     for override in parsed:
         key = override.key_or_group
+        if loader is not None and not override.is_delete() and override.value() is None \
+                and loader.repository.group_exists(key):
+            raise ConfigError(key, "null is not an option of this group",
+                              f"choose one of: {', '.join(group_options(key)) or '?'}")
         values = list(override.sweep_iterator()) if override.is_sweep_override() else \
             [override.value()]
         for value in values:
@@ -139,19 +151,22 @@ def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
     removing) a temporary folder in its nearest existing parent, before Hydra makes it."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith(key + "=")]
+    if given and not given[-1].strip().strip("'\""):  # '' would write into the current folder
+        raise ConfigError(key, "is empty", "name a folder, e.g. outputs/mine")
     if not given or "${" in given[-1]:
         return  # the default folder under the current directory, or an interpolation
     folder = Path(given[-1]).expanduser().absolute()
     parent = folder
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
     try:
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
         if not parent.is_dir():
             raise NotADirectoryError(f"{parent} is not a folder")
         os.rmdir(tempfile.mkdtemp(prefix=".rnnexp-check-", dir=parent))
     except OSError as err:
         reason = err.strerror or str(err)
-        raise ConfigError(key, f"cannot create {folder} ({reason})",
+        shown = str(folder) if len(str(folder)) <= 120 else str(folder)[:100] + "…"
+        raise ConfigError(key, f"cannot create {shown} ({reason})",
                           "choose a writable folder") from None
 
 
@@ -179,52 +194,122 @@ def choices(overrides: Sequence[str]) -> dict[str, str] | None:
 def _composition_errors_in_one_line() -> Iterator[None]:
     try:
         yield
-    except (HydraException, OmegaConfBaseException) as err:
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
         if full_error():  # Hydra's own error and traceback, as the user asked
             raise
         raise RnnexpError(one_line(err)) from None
 
 
-def _compose_job(job: Sequence[str], hydra_overrides: Sequence[str] = ()):
+def _compose_job(job: Sequence[str], hydra_overrides: Sequence[str] = (),
+                 config_name: str = CONFIG_NAME):
     """A job's config as the launcher composes it (Hydra's node included), through
     rnnexp.compositions: each distinct set of group choices is composed once, and the
     launcher of this process's sweep finds the composition made here."""
     loader = GlobalHydra.instance().config_loader()
     with _composition_errors_in_one_line():
-        return compositions.load(loader, CONFIG_NAME, [*hydra_overrides, *job])
+        return compositions.load(loader, config_name, [*hydra_overrides, *job])
 
 
-def check(overrides: Sequence[str], multirun: bool) -> list[Config]:
+def check_hiding_credentials(overrides: Sequence[str], multirun: bool,
+                             **where: str | None) -> tuple[list[str], list[Config]]:
+    """`check`, and the overrides Hydra must compose with so that no credential a config
+    file holds (a URI's password or token) is recorded: each such value is replaced by its
+    hidden form (rnnexp.credentials), and the jobs checked again with it. (overrides, configs)
+    """
+    configs = check(overrides, multirun, **where)
+    plain = OmegaConf.to_container(OmegaConf.structured(configs[0]), resolve=True,
+                                   enum_to_str=True) if configs else {}
+    extra = credentials.hidden_overrides(plain)
+    if not extra:
+        return list(overrides), configs
+    overrides = [*overrides, *extra]
+    return overrides, check(overrides, multirun, **where)
+
+
+# Launcher fields that are durations in minutes (submitit's): at least one.
+LAUNCHER_MINUTES = ("timeout_min",)
+
+
+def check_run(cfg: DictConfig, multirun: bool) -> None:
+    """What a single config cannot say about itself: fields that only mean something in a
+    sweep, a run that would record nothing, Hydra folders and launcher limits."""
+    if OmegaConf.select(cfg, "resume") and not multirun:
+        raise ConfigError("resume", "only applies to a sweep re-run in its folder",
+                          "add -m and hydra.sweep.dir=<the sweep's folder>")
+    if not OmegaConf.select(cfg, "sinks"):
+        raise ConfigError("sinks", "is empty: the measurement would be recorded nowhere",
+                          "e.g. sinks=[json,console]")
+    subdir = cfg.hydra.sweep._get_node("subdir") if multirun else None
+    if subdir is not None:  # unresolved: ${hydra.job.num} is only known in the job
+        raw = str(subdir._value())
+        if raw.startswith(("/", "~")) or ".." in Path(raw).parts or not raw.strip():
+            raise ConfigError("hydra.sweep.subdir", f"'{raw}' leaves the sweep's folder",
+                              "use a relative name inside it, e.g. ${hydra.job.num}")
+    launcher = OmegaConf.select(cfg, "hydra.launcher") or {}
+    for name in LAUNCHER_MINUTES:
+        value = launcher.get(name) if multirun else None
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ConfigError(f"hydra.launcher.{name}", f"must be ≥ 1 minute, got {value}")
+
+
+@contextlib.contextmanager
+def _as_hydra_searches(config_path: str | None, config_dir: str | None) -> Iterator[None]:
+    """Hydra initialised with the config search path its app will use: the primary config
+    folder (--config-path), with --config-dir before it, as Hydra's `_run_hydra` makes it
+    (the primary config's own hydra.searchpath is read while composing)."""
+    search_path = create_automatic_config_search_path(None, APP_MODULE,
+                                                      config_path or str(CONF_DIR))
+    if config_dir is not None:
+        folder = os.path.abspath(config_dir)
+        if not os.path.isdir(folder):
+            raise RnnexpError(f"--config-dir: {folder} is not a folder")
+        search_path.prepend(provider="command-line", path=f"file://{folder}")
+    backup = get_gh_backup()
+    Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
+    try:
+        yield
+    finally:
+        restore_gh_from_backup(backup)
+
+
+def check(overrides: Sequence[str], multirun: bool, config_path: str | None = None,
+          config_dir: str | None = None, config_name: str | None = None) -> list[Config]:
     """Compose and validate each job (its sinks' and model factory's options too, and every
-    `_target_` against the allowlist); raise RnnexpError with one line on the first problem.
-    Returns the typed configs, in job order."""
-    check_command_line(overrides)
+    `_target_` against the allowlist, Hydra's node included) from the configs Hydra will
+    read (--config-path, --config-dir, --config-name); raise RnnexpError with one line on
+    the first problem. Nothing is instantiated. Returns the typed configs, in job order."""
     check_output_dir(overrides, multirun)
     configs = []
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    name = config_name or CONFIG_NAME
+    with _composition_errors_in_one_line(), _as_hydra_searches(config_path, config_dir):
+        check_command_line(overrides)
         composed = {}
         hydra_overrides = _hydra_overrides(overrides)
         try:
             jobs = expand_jobs(overrides, multirun)
             if len(jobs) == 1:  # a preset may make this a sweep (hydra.mode, sweeper.params)
-                base = _compose_job(jobs[0], hydra_overrides)
+                base = _compose_job(jobs[0], hydra_overrides, name)
                 composed[_key(jobs[0])] = base
                 _CHOICES[_key(jobs[0])] = {
                     k: v for k, v in base.hydra.runtime.choices.items()
                     if not k.startswith("hydra/")}
-                targets.check_tree("hydra.callbacks", OmegaConf.to_container(
-                    base.hydra.callbacks, resolve=False))
-                if multirun or OmegaConf.select(base, "hydra.mode") == RunMode.MULTIRUN:
+                targets.check_hydra(OmegaConf.to_container(base.hydra, resolve=False))
+                multirun = multirun or OmegaConf.select(base, "hydra.mode") == RunMode.MULTIRUN
+                if multirun:
                     jobs = expand_jobs(overrides, True, sweep_params(base))
         except OverrideParseException as err:
             raise RnnexpError(f"command line: {one_line(err)}") from None
         for job in jobs:
-            cfg = composed.get(_key(job)) or _compose_job(job, hydra_overrides)
+            cfg = composed.get(_key(job)) or _compose_job(job, hydra_overrides, name)
+            if not configs:
+                check_run(cfg, multirun)
             app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()
                    if k != "hydra"}
             targets.check_tree("", app)
+            targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
             config = validate(cfg)
-            sinks.build(config.sinks)
+            sinks.check(config.sinks)
             targets.bind("model.build", config.model.build, None)  # None: the spec
             _VALIDATED[_key(job)] = config
             configs.append(config)

@@ -1,14 +1,20 @@
-"""Credentials never travel inside a tracking URI.
+"""Credentials in a URI are used to connect, and never shown or written.
 
-A URI's userinfo (`http://user:secret@host:5000`) would be copied into everything rnnexp
-and Hydra write: the console, results.json, `.hydra/*.yaml`, MLflow params and tags. MLflow
-reads HTTP credentials from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, so the
-userinfo is moved there (for this process and the ones it starts) and the URI goes on
-without it; anything else shown or written passes through `redact`.
+A tracking URI may carry a credential: userinfo (`http://user:secret@host`, any characters,
+encoded or not, `@` and `/` included) or a query-string token (`?token=...`). Whatever rnnexp
+and Hydra write — the console, results.json, `.hydra/*.yaml`, MLflow params, tags and
+artifacts — gets the URI with those parts replaced by `***` (`redact`). So every such URI,
+from the command line, MLFLOW_TRACKING_URI or any config file, is replaced early by its
+redacted form (`hide`), and the original is kept for the connection only: in this process
+and, through the environment variable URIS_ENV, in the processes it starts (joblib workers,
+submitit jobs). `reveal` gives it back where the store is contacted. There, an HTTP store's
+userinfo goes to MLflow's credential variables (its HTTP client reads them; `take`); a
+database store (postgresql://user:pw@...) keeps it in the URI its driver connects with.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -17,14 +23,23 @@ from urllib.parse import unquote
 USERNAME_ENV = "MLFLOW_TRACKING_USERNAME"
 PASSWORD_ENV = "MLFLOW_TRACKING_PASSWORD"
 URI_ENV = "MLFLOW_TRACKING_URI"
+# {redacted URI: original}, for this process's children; never written anywhere.
+URIS_ENV = "RNNEXP_URI_CREDENTIALS"
+MASK = "***"
 
-# scheme://userinfo@ — userinfo holds no '/', '@' or whitespace.
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/@\s]+)@")
+# scheme://userinfo@ — userinfo runs to the last '@' of the URI (a password may hold '@' or
+# '/' unencoded); a URI ends at whitespace or a quote.
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s'\"]*)@")
+# ?token=..., &password=..., &X-Api-Key=...: a query parameter whose name says secret.
+_SECRET_PARAM = re.compile(
+    r"(?P<name>[?&;][A-Za-z0-9_.\-]*(?:token|password|passwd|pwd|secret|key|auth|sig|"
+    r"signature|credential)[A-Za-z0-9_.\-]*=)(?P<value>[^&#\s'\"]*)", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
-    """`text` with the userinfo of every URI in it replaced by `***`."""
-    return _USERINFO.sub(lambda m: f"{m['scheme']}***@", text)
+    """`text` with the userinfo and secret query values of every URI in it masked."""
+    text = _USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+    return _SECRET_PARAM.sub(lambda m: f"{m['name']}{MASK}" if m["value"] else m[0], text)
 
 
 def redact_tree(value: Any) -> Any:
@@ -38,22 +53,55 @@ def redact_tree(value: Any) -> Any:
     return value
 
 
-def take(text: str) -> str:
-    """`text` with URI userinfo removed; the credentials go to MLflow's variables (the
-    last ones found win), where its HTTP client reads them."""
-    def move(m: re.Match) -> str:
-        user, _, password = m["userinfo"].partition(":")
-        os.environ[USERNAME_ENV] = unquote(user)
-        if password:
-            os.environ[PASSWORD_ENV] = unquote(password)
-        return m["scheme"]
+def _kept() -> dict[str, str]:
+    try:
+        kept = json.loads(os.environ.get(URIS_ENV, "{}"))
+    except ValueError:
+        return {}
+    return kept if isinstance(kept, dict) else {}
 
-    return _USERINFO.sub(move, text)
+
+def hide(text: str) -> str:
+    """`text` redacted; the original is kept for `reveal` (here and in child processes)."""
+    redacted = redact(text)
+    if redacted != text:
+        os.environ[URIS_ENV] = json.dumps({**_kept(), redacted: text})
+    return redacted
+
+
+def reveal(uri: str) -> str:
+    """The URI `hide` was given for its redacted form (itself if it hid nothing)."""
+    return _kept().get(uri, uri)
+
+
+def take(uri: str) -> str:
+    """The URI to connect with. For an HTTP(S) store the userinfo moves to MLflow's
+    variables, where its HTTP client reads it; other stores (a database) keep it."""
+    m = _USERINFO.match(uri)
+    if m is None or m["scheme"].lower() not in ("http://", "https://"):
+        return uri
+    user, _, password = m["userinfo"].partition(":")
+    os.environ[USERNAME_ENV] = unquote(user)
+    if password:
+        os.environ[PASSWORD_ENV] = unquote(password)
+    return m["scheme"] + uri[m.end():]
 
 
 def take_from_process(argv: list[str]) -> list[str]:
-    """Command-line arguments and MLFLOW_TRACKING_URI without credentials (moved to MLflow's
-    variables), before Hydra records either anywhere."""
+    """Command-line arguments and MLFLOW_TRACKING_URI with their credentials hidden, before
+    Hydra records either anywhere."""
     if os.environ.get(URI_ENV):
-        os.environ[URI_ENV] = take(os.environ[URI_ENV])
-    return [take(a) for a in argv]
+        os.environ[URI_ENV] = hide(os.environ[URI_ENV])
+    return [hide(a) for a in argv]
+
+
+def hidden_overrides(config: Any, path: str = "") -> list[str]:
+    """Overrides that replace every config value holding a credential (from a config file,
+    an interpolation) by its hidden form — for Hydra to compose, record and hand on."""
+    if isinstance(config, dict):
+        return [o for k, v in config.items()
+                for o in hidden_overrides(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(config, str) and redact(config) != config:
+        value = hide(config).replace("\\", "\\\\").replace("'", "\\'")
+        return [f"{path}='{value}'"]
+    return []

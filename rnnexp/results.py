@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from rnnexp import stats
 from rnnexp.environment import Environment
+from rnnexp.errors import RnnexpError
 from rnnexp.platform import Platform
 from rnnexp.profiling import ProfileInfo
 from rnnexp.timing import Samples
@@ -336,6 +337,34 @@ class Result:
     @classmethod
     def load(cls, path: Path) -> Result:
         return cls.from_json(json.loads(Path(path).read_text()))
+
+    @classmethod
+    def load_checked(cls, path: Path) -> Result:
+        """`load`, or BrokenResults naming the file and what is wrong with it."""
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise BrokenResults(path, f"cannot be read ({err.strerror or err})") from None
+        if not text.strip():
+            raise BrokenResults(path, "is empty")
+        try:
+            data = json.loads(text)
+        except ValueError as err:
+            raise BrokenResults(path, f"is not complete JSON ({err})") from None
+        if not isinstance(data, dict) or "status" not in data:
+            raise BrokenResults(path, "is not an rnnexp result (no status)")
+        try:
+            return cls.from_json(data)
+        except (TypeError, ValueError, KeyError, AttributeError) as err:
+            raise BrokenResults(path, f"is not an rnnexp result ({err})") from None
+
+
+class BrokenResults(RnnexpError):
+    """A results.json that cannot be read as a result: never counted as one."""
+
+    def __init__(self, path: Path, problem: str):
+        self.path, self.problem = Path(path), problem
+        super().__init__(f"{path}: {problem}")
 
 
 def phase_stats(samples: Samples, work: Work, no_backward_reason: str = "",

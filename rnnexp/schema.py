@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 from enum import Enum
@@ -35,6 +36,22 @@ class DType(Enum):
     float32 = "float32"
     float16 = "float16"
     bfloat16 = "bfloat16"
+
+
+def _at_most(obj: Any, maximum: float, hint: str, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value > maximum:
+            raise ConfigError(name, f"must be ≤ {maximum:g}, got {value}", hint)
+
+
+def _finite(obj: Any, *names: str) -> None:
+    """inf and nan pass every comparison check the wrong way (nan ≥ 0 is false, but so is
+    nan < 0): refused by name first."""
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and not math.isfinite(value):
+            raise ConfigError(name, f"must be a finite number, got {value}")
 
 
 def _at_least(obj: Any, minimum: int, *names: str) -> None:
@@ -68,6 +85,14 @@ class QuietMode(Enum):
     warn = "warn"  # time anyway; the result is flagged and a warning printed
     wait = "wait"  # wait for a quiet machine up to quiet_timeout_s, then decline
     refuse = "refuse"  # decline at once
+
+
+# Upper bounds of the timing policy (bench.*), so that a slip of the keyboard is refused
+# rather than measuring for days.
+ITERATIONS_MAX = 1_000_000
+PROCESSES_MAX = 256
+BLOCK_MS_MAX = 60_000.0
+QUIET_TIMEOUT_MAX_S = 86_400.0
 
 
 @dataclass
@@ -122,7 +147,15 @@ class BenchConfig:
     python: Optional[str] = None
 
     def __post_init__(self) -> None:
+        _finite(self, "quiet_timeout_s", "block_ms", "round_ms", "budget_s", "precision")
         _at_least(self, 0, "warmup")
+        # Bounds that keep a typo from running for days; a longer measurement is a budget.
+        _at_most(self, ITERATIONS_MAX, "for a longer measurement set bench.budget_s "
+                 "(seconds) with a precision target", "warmup", "iters", "min_iters",
+                 "profile_iters")
+        _at_most(self, PROCESSES_MAX, "", "processes", "max_processes")
+        _at_most(self, BLOCK_MS_MAX, "milliseconds", "block_ms", "round_ms")
+        _at_most(self, QUIET_TIMEOUT_MAX_S, "seconds", "quiet_timeout_s")
         if not self.quiet_timeout_s > 0:
             raise ConfigError("quiet_timeout_s", f"must be > 0, got {self.quiet_timeout_s}",
                               "seconds to wait for a quiet machine under bench.quiet=wait")
@@ -188,6 +221,10 @@ def _raise(err: Exception) -> None:
     raise err
 
 
+# What a model's reference and work counts can be (rnnexp.models.references, .work).
+FAMILIES = ("lstm", "gru", "eltwise")
+
+
 @dataclass
 class ModelConfig:
     # The factory and its options: `_target_` is called as factory(spec, **options) and
@@ -205,6 +242,8 @@ class ModelConfig:
     dtypes: Optional[List[str]] = None
 
     def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ConfigError("family", f"'{self.family}' is not one of {', '.join(FAMILIES)}")
         known = [d.value for d in DType]
         for d in self.dtypes or ():
             if d not in known:
@@ -314,7 +353,13 @@ class Config:
     def __post_init__(self) -> None:
         # torch.manual_seed takes 64 bits; models derive seeds as seed + a small offset.
         if not 0 <= self.seed <= SEED_MAX:
-            raise ConfigError("seed", f"must be in [0, {SEED_MAX}], got {self.seed}")
+            shown = str(self.seed) if len(str(self.seed)) <= 40 else f"a {len(str(self.seed))}"\
+                "-digit number"
+            raise ConfigError("seed", f"must be in [0, {SEED_MAX}], got {shown}")
+        scale = self.deepbench.scale
+        if not (math.isfinite(scale) and scale > 0):
+            raise ConfigError("deepbench.scale", f"must be a number > 0, got {scale}",
+                              "e.g. 0.1 to run the DeepBench mix on a CPU")
 
 
 SEED_MAX = 2**63 - 1

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 from rnnexp.errors import RnnexpError
 from rnnexp.report import console, print_error
-from rnnexp.results import RESULTS_FILE, Result
+from rnnexp.results import RESULTS_FILE, BrokenResults, Result
 from rnnexp.schema import PROJECT_TRACKING_URI
 from rnnexp.sinks import Sweep, load_jobs
 from rnnexp.sinks.mlflow import Mlflow, store
@@ -45,7 +45,14 @@ def sync_folder(folder: Path, uri: Optional[str], experiment: Optional[str]) -> 
     if not folder.is_dir():
         raise RnnexpError(f"{folder}: no such folder — give a run or sweep folder under outputs/")
     single = (folder / RESULTS_FILE).is_file()
-    jobs = [(folder, Result.load(folder / RESULTS_FILE))] if single else load_jobs(folder)
+    broken: list[BrokenResults] = []
+    jobs = [(folder, Result.load_checked(folder / RESULTS_FILE))] if single else \
+        load_jobs(folder, broken)
+    if broken:  # never uploaded as results; named before anything is
+        first = broken[0]
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        raise RnnexpError(f"{first.path}: {first.problem}{more} — nothing uploaded; rerun "
+                          "or remove the broken job folder")
     if not jobs:
         raise RnnexpError(f"{folder}: no {RESULTS_FILE} in it or below — give a run or "
                           "sweep folder")

@@ -83,10 +83,57 @@ BAD_INPUTS = [
     (["-m", "model=lstm,jit", "+shape.foo=1,2"], "shape.foo"),
     (["-m", "seed=0,-5"], "seed"),
     (["-m", "model=lstm,jit", "hydra.sweep.dir=/proc/nope"], "hydra.sweep.dir"),
+    # A target is judged by what it resolves to, and nothing is built while checking.
+    (["+sinks.evil._target_=rnnexp.cli.os.system", "+sinks.evil.command='touch pwned'"],
+     "sinks.evil._target_: 'rnnexp.cli.os.system' is posix.system"),
+    (["+model.build.x._target_=rnnexp.cli.subprocess.run", "+model.build.x.args=[touch,pwned]"],
+     "model.build.x._target_"),
+    (["+sinks.evil._target_=rnnexp.cli.discard", "+sinks.evil.output_dir=."],
+     "is not an rnnexp Sink"),
+    (["model.build._target_=rnnexp.cli.discard"], "is not a model factory"),
+    (["+hydra.callbacks.evil._target_=hydra.utils.instantiate",
+      "+hydra.callbacks.evil.config={_target_:rnnexp.cli.discard,output_dir:.}"],
+     "hydra.callbacks.evil._target_"),
+    (["+hydra.callbacks.evil._target_=rnnexp.callback.SweepCallback",
+      "+hydra.callbacks.evil.x={_target_:rnnexp.cli.discard,output_dir:.}"],
+     "hydra.callbacks.evil.x._target_: Hydra would call it"),
+    (["hydra.job_logging.handlers.console.class=rnnexp.cli.os.system"],
+     "hydra.job_logging.handlers.console.class"),
+    (["+hydra.job.env_set.LD_PRELOAD=/tmp/evil.so"], "hydra.job.env_set.LD_PRELOAD"),
+    (["+hydra.job.env_set.RNNEXP_TARGETS=os"], "hydra.job.env_set.RNNEXP_TARGETS"),
+    (["--experimental-rerun", "x.pickle"], "--experimental-rerun"),
+    # Sweep grammar that needs the config repository, null and huge values, interpolations.
+    (["-m", "model=glob(lstm*)", "+shape.foo=1"], "shape.foo"),
+    (["-m", "+deepbench=glob(*)", "+bench.itters=1"], "bench.itters"),
+    (["-m", "seed=range(0,2)", "+shape.foo=1"], "shape.foo"),
+    (["model=null"], "model: null is not an option"),
+    (["~model"], "model"),
+    (["seed=" + "9" * 400], "seed: must be in"),
+    (["shape.seq_len=" + "9" * 5000], "shape.seq_len"),
+    (["shape.seq_len=${oc.env:RNNEXP_SURELY_MISSING}"], "shape.seq_len"),
+    (["shape.seq_len=${nosuch:x}"], "shape.seq_len"),
+    (["seed=${seed}"], "seed"),
+    (["hydra.run.dir=/tmp/" + "a" * 300 + "/x"], "hydra.run.dir"),
+    # Bounds, checked before anything runs.
+    (["bench.iters=1000000000"], "bench.iters: must be ≤ 1e+06"),
+    (["bench.warmup=1000000000"], "bench.warmup"),
+    (["bench.block_ms=inf"], "bench.block_ms: must be a finite number"),
+    (["bench.round_ms=nan"], "bench.round_ms: must be a finite number"),
+    (["deepbench.scale=-1"], "deepbench.scale"),
+    (["model.family=banana"], "model.family"),
+    (["resume=true"], "resume: only applies to a sweep"),
+    (["sinks=[]"], "sinks: is empty"),
+    (["hydra.run.dir="], "hydra.run.dir: is empty"),
+    (["-m", "seed=1,2", "hydra.sweep.subdir=../escaped"], "hydra.sweep.subdir"),
+    (["-m", "seed=1,2", "hydra/launcher=rnnexp_local", "hydra.launcher.timeout_min=-1"],
+     "hydra.launcher.timeout_min"),
+    (["sinks.mlflow.uri=ftp://host/x"], "sinks.mlflow.uri"),
+    (["sinks.mlflow.uri=nosuch://x"], "sinks.mlflow.uri"),
+    (["sinks.mlflow.uri=sqlite:////proc/nope/mlflow.db"], "sinks.mlflow.uri"),
 ]
 
 # Run as real processes too: one of each kind of check.
-SUBPROCESS = [0, 9, 20, 26, 33, 43, 47, 50, 51, 52, 57]
+SUBPROCESS = [0, 9, 20, 26, 33, 43, 47, 50, 51, 52, 57, 60, 65, 69, 70, 73, 81, 82, 87, 92]
 
 
 def one_error_line(stderr: str) -> str:
@@ -165,3 +212,72 @@ def test_full_error_shows_hydras_traceback(run_cli, override):
     proc = run_cli(override, env={"HYDRA_FULL_ERROR": "1"})
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr and override.split("=")[0] in proc.stderr
+
+
+EVIL_CALLBACK = """# @package _global_
+hydra:
+  callbacks:
+    evil:
+      _target_: os.makedirs
+      name: {made}
+"""
+
+PRIMARY = """defaults: [rnnexp_schema, {{model: lstm}}, {{backend: auto}}, {{shape: small}},
+           {{device: auto}}, {{bench: quick}}, {{sinks: [json]}}, _self_]
+hydra:
+  searchpath: [file://{conf}]
+  callbacks:
+    evil: {{_target_: os.makedirs, name: {made}}}
+"""
+
+
+def _one_line_exit_2_and_nothing_made(args: list[str], tmp: Path, made: Path) -> None:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"}
+    proc = subprocess.run([sys.executable, "-m", "rnnexp", *args, f"hydra.run.dir={tmp}/out"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "hydra.callbacks.evil._target_" in one_error_line(proc.stderr)
+    assert not made.exists()
+    assert not (tmp / "out").exists()
+
+
+@pytest.mark.parametrize("source", ["config-dir", "config-path", "searchpath"])
+def test_callback_from_any_config_source_runs_nothing(source, tmp_path):
+    """Configs from --config-dir, --config-path and hydra.searchpath are checked as conf/
+    is: a callback naming os.makedirs there is refused before Hydra builds it."""
+    made = tmp_path / "made"
+    folder = tmp_path / "configs"
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "experiment" / "evil.yaml").write_text(EVIL_CALLBACK.format(made=made))
+    if source == "config-path":  # a primary config of its own, finding rnnexp's groups
+        (folder / "config.yaml").write_text(PRIMARY.format(conf=ROOT / "conf", made=made))
+        args = ["--config-path", str(folder)]
+    elif source == "config-dir":
+        args = ["--config-dir", str(folder), "+experiment=evil"]
+    else:
+        args = [f"hydra.searchpath=[file://{folder}]", "+experiment=evil"]
+    _one_line_exit_2_and_nothing_made(args, tmp_path, made)
+
+
+BROKEN_RESULTS = {"truncated": '{"schema": 2, "status": "ok", "cho', "empty": "",
+                  "not-json": "not json at all", "foreign": '{"a": 1}'}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_RESULTS))
+@pytest.mark.parametrize("layout", ["run", "sweep"])
+def test_sync_names_a_broken_results_file_in_one_line(kind, layout, tmp_path):
+    """A truncated, empty or foreign results.json is never uploaded as a result: sync names
+    the file and what is wrong with it, in one line, exit 2, and makes no store."""
+    folder = tmp_path / layout
+    job = folder / "0" if layout == "sweep" else folder
+    job.mkdir(parents=True)
+    (job / "results.json").write_text(BROKEN_RESULTS[kind])
+    proc = subprocess.run([sys.executable, "-m", "rnnexp.sync", str(folder), "--tracking-uri",
+                           f"sqlite:///{tmp_path}/store.db"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc.stderr)
+    assert str(job / "results.json") in line
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "store.db").exists()

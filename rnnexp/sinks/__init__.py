@@ -71,6 +71,11 @@ class Sink:
 
     name = "sink"
 
+    @classmethod
+    def check_options(cls, **options: Any) -> None:
+        """Raise ConfigError for an option value the sink would refuse; called by the config
+        check, which builds no sink (a sink's __init__ checks the same)."""
+
     def on_sweep_start(self, sweep: Sweep) -> None:
         """Before the first job; may put what jobs need into `sweep.state[self.name]`."""
 
@@ -82,6 +87,17 @@ class Sink:
 
     def on_abort(self, sweep: Sweep, result: Result) -> None:
         """The sweep is cut short by this job (Ctrl-C, a signal)."""
+
+
+def check(config: Mapping[str, Any]) -> None:
+    """The sinks `build` would make can be made — every target a Sink class of rnnexp (or an
+    extension), its options taken and in range — without making any."""
+    for name, node in config.items():
+        if not isinstance(node, Mapping):
+            raise targets.ConfigError(f"sinks.{name}", f"must be a sink's config, got {node!r}",
+                                      "e.g. sinks=[json,console,mlflow]")
+        cls = targets.bind(f"sinks.{name}", node)
+        cls.check_options(**targets.options_of(node))
 
 
 def build(config: Mapping[str, Any]) -> list[Sink]:
@@ -96,16 +112,18 @@ def build(config: Mapping[str, Any]) -> list[Sink]:
     return sinks
 
 
-def load_jobs(sweep_dir: Path) -> list[tuple[Path, Result]]:
-    """(job folder, result) for every job of a sweep that saved one, in job order."""
-    from rnnexp.results import RESULTS_FILE
+def load_jobs(sweep_dir: Path, broken: Optional[list] = None) -> list[tuple[Path, Result]]:
+    """(job folder, result) for every job of a sweep that saved one, in job order; the
+    files that are no result (truncated, empty, foreign) go to `broken` if given."""
+    from rnnexp.results import RESULTS_FILE, BrokenResults
 
     found = []
     for path in Path(sweep_dir).rglob(RESULTS_FILE):
         try:
-            found.append((path.parent, Result.load(path)))
-        except (OSError, ValueError, TypeError):
-            continue  # not one of ours
+            found.append((path.parent, Result.load_checked(path)))
+        except BrokenResults as err:
+            if broken is not None:
+                broken.append(err)
     key = lambda item: [int(p) if p.isdigit() else p  # noqa: E731 — 2 before 10
                         for p in item[0].relative_to(sweep_dir).parts]
     return sorted(found, key=key)

@@ -66,10 +66,14 @@ def render(results: Iterable[Result], fmt: str) -> str:
 
 
 class FastrnnsJson(Sink):
-    def __init__(self, format: str = "oss"):
+    @classmethod
+    def check_options(cls, format: str = "oss") -> None:
         if format not in FORMATS:
             raise ConfigError("sinks.fastrnns.format", f"'{format}' is not one of "
                               f"{', '.join(FORMATS)}")
+
+    def __init__(self, format: str = "oss"):
+        self.check_options(format)
         self.format = format
 
     def on_job(self, result: Result, output_dir: Path, sweep: Optional[Sweep]) -> None:

@@ -7,6 +7,7 @@ results stay on disk for `python -m rnnexp.sync`. Nothing here raises into a job
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
@@ -26,15 +27,42 @@ def check_uri(uri: str) -> None:
     if "://" not in uri and uri not in ("databricks", "databricks-uc"):
         raise ConfigError("sinks.mlflow.uri", f"'{uri}' is not a tracking URI",
                           "use sqlite:////abs/path/mlflow.db or http://host:port")
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme not in STORE_SCHEMES:
+        raise ConfigError("sinks.mlflow.uri", f"'{uri}': no MLflow store serves {scheme}://",
+                          f"use one of {', '.join(s + '://' for s in STORE_SCHEMES)}")
+    path = store.sqlite_path(uri)
+    if path is not None and not path.exists():
+        _check_creatable(path)
+
+
+# What MLflow's tracking stores serve (a database through SQLAlchemy, + a driver allowed).
+STORE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks",
+                 "databricks-uc")
+
+
+def _check_creatable(path: Path) -> None:
+    """A SQLite store that does not exist yet can be made where it is named."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)) or \
+            str(path).startswith(("/proc/", "/sys/")):
+        raise ConfigError("sinks.mlflow.uri", f"cannot create {path} ({parent} is not a "
+                          "writable folder)", "choose a writable folder")
 
 
 class Mlflow(Sink):
-    def __init__(self, uri: str, experiment: str = "rnnexp"):
-        uri = credentials.take(uri)  # userinfo → MLflow's credential variables
-        check_uri(uri)
-        if not experiment.strip():
+    @classmethod
+    def check_options(cls, uri: str, experiment: str = "rnnexp") -> None:
+        check_uri(credentials.redact(str(uri)))
+        if not str(experiment).strip():
             raise ConfigError("sinks.mlflow.experiment", "is empty", "name the MLflow experiment")
-        self.uri, self.experiment = uri, experiment
+
+    def __init__(self, uri: str, experiment: str = "rnnexp"):
+        self.check_options(uri, experiment)
+        # Shown and written redacted; the store connects with the original (store.connect).
+        self.uri, self.experiment = credentials.hide(uri), experiment
 
     @contextmanager
     def client(self) -> Iterator[tuple[object, str]]:

@@ -12,7 +12,7 @@ from typing import Iterator
 from filelock import FileLock
 from rich.markup import escape
 
-from rnnexp.credentials import redact
+from rnnexp.credentials import redact, reveal
 from rnnexp.credentials import take as take_credentials
 from rnnexp.errors import RnnexpError
 
@@ -86,7 +86,8 @@ def connect(uri: str, experiment: str, create: bool = True):
     (several single runs started together on a fresh SQLite store), and a concurrent
     creator's experiment is picked up if create_experiment loses (a server).
     """
-    uri = take_credentials(uri)  # userinfo → MLflow's credential variables
+    # The credentials hidden from the config: an HTTP store's userinfo → MLflow's variables.
+    uri = take_credentials(reveal(uri))
     key = (uri, experiment)
     path = sqlite_path(uri)
     if key in _CONNECTED and (path is None or path.exists()):
@@ -112,7 +113,8 @@ def _connect(uri: str, experiment: str, create: bool):
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         if not create:
-            raise StoreError(f"no experiment '{experiment}' at {uri} — check --experiment")
+            raise StoreError(f"no experiment '{experiment}' at {redact(uri)} — check "
+                             "--experiment")
         try:
             return client, client.create_experiment(experiment,
                                                     artifact_location=artifact_location(uri))
