@@ -19,15 +19,13 @@ import copy
 import math
 import random
 import time
-from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-from rnnexp import environment, isolation, job, memory, schedule, stats
-from rnnexp.drift import UNKNOWN, Drift
-from rnnexp.errors import JobCrashed, RnnexpError
-from rnnexp.measurer import Finished, Ready
+from rnnexp import environment, job, memory, schedule, targets
+from rnnexp.drift import Drift
+from rnnexp.errors import Interrupted, JobCrashed, RnnexpError
 from rnnexp.results import Interleaving
-from rnnexp.timing import Progress, Samples
+from rnnexp.timing import Progress
 
 # A configuration with a fixed count spreads its samples over at least this many rounds (or
 # one sample a round, if it has fewer): paired by round, fewer say little.
@@ -37,67 +35,16 @@ MIN_ROUNDS = 10
 MEMORY_SHARE = 0.5
 
 
-@dataclass
-class _Config:
-    """One configuration of the window while it is measured."""
-
-    plan: job.Plan
-    drift: Drift = UNKNOWN
-    shares: list[isolation.Worker] = field(default_factory=list)
-    readies: list[Ready] = field(default_factory=list)
-    per_process: list[Samples] = field(default_factory=list)
-    timed_s: float = 0.0
-    sample_ms: float = 1.0
-    failed: Optional[BaseException] = None
-    measured: Optional[schedule.Measured] = None
-    # Rounds a fixed count is spread over (0: visits sized by bench.round_ms instead).
-    rounds: int = 0
-
-    @property
-    def bench(self):
-        return self.plan.cfg.bench
-
-    @property
-    def live(self) -> bool:
-        return self.failed is None and self.measured is None
-
-    def add_process(self) -> None:
-        worker = isolation.Worker(self.plan, verify_model=not self.shares)
-        self.shares.append(worker)
-        self.readies.append(worker.setup())
-        self.per_process.append(Samples(block=self.readies[0].block))
-        self.sample_ms = max(self.readies[0].iteration_ms * self.readies[0].block, 1e-3)
-
-    def visit(self, share: int, index: int) -> None:
-        """Round `index`'s samples of one of its processes."""
-        have = len(self.per_process[share].forward_ms)
-        bench = self.bench
-        if self.rounds:  # its share of the count by the end of this round
-            n = math.ceil((index + 1) * bench.iters / self.rounds) - have
-        else:
-            n = max(1, math.ceil(bench.round_ms / self.sample_ms), bench.min_iters - have)
-        n = min(bench.iters - have, n)
-        if n <= 0:
-            return
-        done = self.shares[share].round(n, self.readies[0].block)
-        self.per_process[share].extend(done.samples.in_round(index))
-        self.timed_s += done.seconds
-
-    def close(self) -> None:
-        for share in self.shares:
-            share.close()
-
-
 def fixed_count(bench) -> bool:
     """Measured to `bench.iters` samples, with nothing to stop on earlier."""
     return bench.precision is None and bench.budget_s is None
 
 
-def share_rounds(configs: Sequence[_Config]) -> None:
+def share_rounds(configs: Sequence[schedule.Configuration]) -> None:
     """Fixed-count configurations take their samples over the same number of rounds — as
     many as the longest needs at bench.round_ms a visit, MIN_ROUNDS at least — so that they
     stay in the rounds together and pair up over all of them."""
-    fixed = [c for c in configs if c.live and fixed_count(c.bench)]
+    fixed = [c for c in configs if fixed_count(c.bench)]
     if not fixed:
         return
     rounds = max(MIN_ROUNDS, *(math.ceil(c.bench.iters * c.sample_ms / c.bench.round_ms)
@@ -108,19 +55,20 @@ def share_rounds(configs: Sequence[_Config]) -> None:
 
 def fits(plans: Sequence[job.Plan], free: Optional[dict[str, int]] = None) -> int:
     """How many of `plans` (in order) one window holds: at most the first plan's
-    `bench.window`, and their processes' memory estimates within MEMORY_SHARE of what is free
-    (at least one)."""
+    `bench.window`, and what their processes hold alive at once (rnnexp.memory.concurrent)
+    within MEMORY_SHARE of what is free (at least one). `free` overrides what is free
+    ({"host": bytes, "<device>": bytes}) for tests of the decision."""
     limit = max(1, plans[0].cfg.bench.window) if plans else 1
     budget: dict[str, float] = {}
     used: dict[str, float] = {}
     count = 0
     for p in plans[:limit]:
-        est = memory.estimate(p.cfg)
-        procs = schedule.max_processes(p.cfg.bench)
+        est = memory.concurrent(p.cfg, p.device, varlen=_varlen(p),
+                                processes=schedule.max_processes(p.cfg.bench))
         on_cpu = p.device.type == "cpu"
-        needs = {"host": procs * (est.host_bytes + (est.device_bytes if on_cpu else 0))}
+        needs = {"host": est.host_bytes + (est.device_bytes if on_cpu else 0)}
         if not on_cpu:
-            needs[str(p.device)] = procs * est.device_bytes
+            needs[str(p.device)] = est.device_bytes
         for where, need in needs.items():
             if where not in budget:
                 have = (free or {}).get(where)
@@ -135,101 +83,102 @@ def fits(plans: Sequence[job.Plan], free: Optional[dict[str, int]] = None) -> in
     return max(1, count)
 
 
+def _varlen(p: job.Plan) -> bool:
+    return "varlen" in str(targets.target_of(p.cfg.model.build))
+
+
 def measure_window(plans: Sequence[job.Plan], drifts: Sequence[Drift], window: str,
                    jobs: Sequence[int], seed: int, progress: Optional[Progress] = None
                    ) -> list[schedule.Measured | BaseException]:
     """Measure `plans` in interleaved rounds; for each, its Measured or the error that
     stopped it (RnnexpError / JobCrashed, one line). `jobs`: their job numbers, recorded
     with the window's id in each Measured."""
-    configs = [_Config(p, d) for p, d in zip(plans, drifts, strict=True)]
+    configs = [schedule.Configuration(p, d) for p, d in zip(plans, drifts, strict=True)]
+    failed: dict[int, BaseException] = {}
+    ended: dict[int, float] = {}  # seconds from the window's start to each one's stop
     rng = random.Random(seed)
-    record = Interleaving(window=window, jobs=list(jobs), seed=seed)
     t0 = time.perf_counter()
+
+    def live(i: int) -> bool:
+        return i not in failed and configs[i].stopped is None
+
+    def guard(i: int, work: Callable[[], object]) -> None:
+        """An error ends that configuration alone."""
+        try:
+            work()
+        except RnnexpError as err:
+            failed[i] = err
+        except Exception as err:  # one configuration's crash, recorded for it alone
+            failed[i] = JobCrashed(memory.crash_line(configs[i].plan.cfg.shape, err))
+        else:
+            if configs[i].stopped is not None and i not in ended:
+                ended[i] = time.perf_counter() - t0
+            return
+        configs[i].close()
+
     set_up = environment.snapshot()
+    gpu = environment.GpuSampler(plans[0].device)
+    index, env = 0, None
+
+    def finished() -> dict[int, schedule.Measured]:
+        """Job number → Measured, of the configurations that stopped by their own rule."""
+        record = Interleaving(window=window, jobs=list(jobs), rounds=index, seed=seed)
+        return {jobs[i]: configs[i].measured(ended[i], copy.deepcopy(env), copy.copy(record))
+                for i in ended if i not in failed}
+
     try:
         _phase(progress, f"{len(configs)} configurations: build, verify, warm up",
                sum(c.bench.processes for c in configs))
-        for c in configs:
-            _guard(c, lambda c=c: [_step(c.add_process, progress)
-                                   for _ in range(c.bench.processes)])
-        live = [c for c in configs if c.live]
-        share_rounds(live)
-        env = environment.machine(plans[0].plat.cpu_name)
+        for i, c in enumerate(configs):
+            for _ in range(c.bench.processes):
+                guard(i, c.add_process)
+                if progress:
+                    progress.advance()
+        share_rounds([c for i, c in enumerate(configs) if live(i)])
         bench = plans[0].cfg.bench
+        env = environment.machine(plans[0].plat.cpu_name)
         env.quiet = bench.quiet.value
-        if live:
-            env.torch_threads = live[0].readies[0].threads
+        ready = next((c.readies[0] for i, c in enumerate(configs) if live(i)), None)
+        env.torch_threads = ready.threads if ready else 0
         env.before, env.waited_s = environment.settle(
             bench.quiet.value, bench.quiet_timeout_s, progress,
             first=environment.look_since(set_up, earlier=environment.last_look()))
         timed = environment.snapshot()
+        gpu.start()  # NVML is read while the rounds run
         _phase(progress, "interleaved rounds", None)
-        index = 0
-        while any(c.live for c in configs):
-            visits = [(c, s) for c in configs if c.live for s in range(len(c.shares))]
-            rng.shuffle(visits)
-            for c, s in visits:
-                if c.live:
-                    _guard(c, lambda c=c, s=s, i=index: c.visit(s, i))
-            for c in configs:
-                if c.live:
-                    _guard(c, lambda c=c, i=index: _after_round(c, i, record, t0))
+        while any(live(i) for i in range(len(configs))):
+            visits = [(i, s) for i, c in enumerate(configs) if live(i)
+                      for s in range(len(c.shares))]
+            rng.shuffle(visits)  # a fresh random order every round
+            for i, s in visits:
+                if live(i):
+                    guard(i, lambda i=i, s=s, r=index: configs[i].visit(s, r))
+            for i, c in enumerate(configs):
+                if live(i):
+                    guard(i, lambda c=c: _after_round(c))
             index += 1
             if progress:
                 progress.advance()
-        after = environment.look_since(timed, earlier=set_up)
-        for c in configs:
-            if c.measured is not None:
-                m = c.measured
-                m.environment = copy.deepcopy(env)
-                m.environment.after = after
-                m.environment.gpu = environment.gpu_state(c.plan.device)
-                m.interleaving.rounds = index
+        env.gpu = gpu.stop()
+        env.after = environment.look_since(timed, earlier=set_up)
+    except (KeyboardInterrupt, Interrupted) as err:
+        # What finished before the signal is a measurement: it goes with the error.
+        err.finished = finished() if env is not None else {}  # type: ignore[union-attr]
+        raise
     finally:
+        gpu.stop()
         for c in configs:
             c.close()
-    return [c.measured if c.measured is not None else c.failed for c in configs]
+    done = finished()
+    return [failed[i] if i in failed else done[jobs[i]] for i in range(len(configs))]
 
 
-def _after_round(c: _Config, index: int, record: Interleaving, t0: float) -> None:
-    """The configuration's own stopping rule after a round; more processes while it asks for
-    them; on stopping, its processes finish and its Measured is kept."""
-    measured = [s for s in c.per_process if s.forward_ms]
-    if measured:
-        c.sample_ms = max(stats.median(measured[0].total_ms), 1e-3)
-    stopped = schedule.stop_reason(c.bench, c.per_process, c.timed_s, c.drift)
-    if stopped is None:
-        counts = [len(s.forward_ms) for s in c.per_process]
-        if len(c.shares) < schedule.max_processes(c.bench) and \
-                min(counts) >= min(c.bench.min_iters, c.bench.iters):
-            c.add_process()
-        return
-    finished: list[Finished] = [share.finish() for share in c.shares]
-    c.measured = schedule.Measured(
-        ready=c.readies[0], per_process=c.per_process, backend=finished[0].backend,
-        stopped=stopped, wall_s=time.perf_counter() - t0,
-        setup_s=sum(r.setup_s for r in c.readies), warmup_s=sum(r.warmup_s for r in c.readies),
-        timed_s=c.timed_s, profile=finished[0].profile,
-        recompiled="; ".join(dict.fromkeys(f.recompiled for f in finished if f.recompiled)),
-        interleaving=copy.copy(record))
-
-
-def _guard(c: _Config, work) -> None:
-    """Run `work` for one configuration; an error ends that configuration alone."""
-    try:
-        work()
-    except RnnexpError as err:
-        c.failed = err
-        c.close()
-    except Exception as err:  # one configuration's crash, recorded for it alone
-        c.failed = JobCrashed(memory.crash_line(c.plan.cfg.shape, err))
-        c.close()
-
-
-def _step(work, progress: Optional[Progress]) -> None:
-    work()
-    if progress:
-        progress.advance()
+def _after_round(c: schedule.Configuration) -> None:
+    """The configuration's own stopping rule (its budget counts its own timed seconds), and
+    one more process while it asks for one."""
+    c.after_round(c.timed_s)
+    if c.wants_process():
+        c.add_process()
 
 
 def _phase(progress: Optional[Progress], name: str, total: Optional[int]) -> None:

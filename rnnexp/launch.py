@@ -18,8 +18,8 @@ from typing import Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from rnnexp import config_check, execution, interleave, job, schema, sinks
-from rnnexp.errors import RnnexpError
+from rnnexp import config_check, execution, interleave, job, schema, signals, sinks
+from rnnexp.errors import Interrupted, RnnexpError
 from rnnexp.report import RichProgress, err_console
 from rnnexp.results import Result
 
@@ -91,12 +91,32 @@ class SweepRun:
                           + (f" (window {w + 1} of {of})" if of > 1 else ""),
                           highlight=False, markup=False)
         seed = int(time.time_ns() % (1 << 31))
-        with RichProgress(f"window {w + 1}/{of}") as progress:
-            measured = interleave.measure_window(
-                [j.plan for j in members], [j.history.drift for j in members],
-                f"{self.sweep_id}/{w}", nums, seed, progress)
+        signals.stop_job_on_scheduler()  # a scheduler's signal ends the window's measuring
+        try:
+            with RichProgress(f"window {w + 1}/{of}") as progress:
+                measured = interleave.measure_window(
+                    [j.plan for j in members], [j.history.drift for j in members],
+                    f"{self.sweep_id}/{w}", nums, seed, progress)
+        except signals.Killed as err:  # the jobs still measuring end killed; the sweep goes on
+            done = self._results(members, getattr(err, "finished", {}), started, t0)
+            return {j.num: done.get(j.num, err) for j in members}
+        except (KeyboardInterrupt, Interrupted) as err:
+            err.outcomes = self._results(  # type: ignore[union-attr]
+                members, getattr(err, "finished", {}), started, t0)
+            raise
+        finally:
+            signals.settle()
+        return self._results(members, dict(zip(nums, measured, strict=True)), started, t0)
+
+    @staticmethod
+    def _results(members: list[_Job], measured: dict[int, object], started: datetime,
+                 t0: float) -> dict[int, Outcome]:
+        """Each job's Result from its Measured (an error stays the job's outcome)."""
         out: dict[int, Outcome] = {}
-        for j, m in zip(members, measured, strict=True):
+        for j in members:
+            m = measured.get(j.num)
+            if m is None:
+                continue
             if isinstance(m, BaseException):
                 out[j.num] = m
                 continue

@@ -15,8 +15,8 @@ out. The reported interval then says how precise it got. One process of a
 backend that needs no isolation runs in the job's own process; every other process is a
 worker (rnnexp.isolation).
 
-Hydra's launchers run one job at a time to its end, so rounds cannot be interleaved with the
-other configurations of a sweep; only the processes of one configuration interleave.
+A `Configuration` holds one configuration's processes, samples and stopping rule; `measure`
+runs one alone, rnnexp.interleave runs a sweep's configurations together in shared rounds.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-from rnnexp import environment, isolation, job, stats, targets
+from rnnexp import environment, isolation, job, memory, stats, targets
 from rnnexp.drift import UNKNOWN, Drift
 from rnnexp.environment import Environment
 from rnnexp.measurer import Finished, Measurer, Ready, Round
@@ -99,15 +99,8 @@ def uses_workers(cfg: Config) -> bool:
 
 
 def max_processes(bench: BenchConfig) -> int:
-    if bench.precision is None:
-        return bench.processes
-    return max(bench.processes, bench.max_processes or bench.processes)
-
-
-def _start(planned: job.Plan, index: int) -> Share:
-    if in_job_process(planned):
-        return Measurer(planned, verify_model=index == 0)
-    return isolation.Worker(planned, verify_model=index == 0)
+    """The most processes that measure a configuration (all alive until it is done)."""
+    return memory.processes_at_once(bench)
 
 
 def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float,
@@ -143,40 +136,110 @@ def between(per_process: list[Samples], runs_drift: Drift = UNKNOWN) -> dict[str
                                    drift=runs_drift.spread, drift_runs=runs_drift.runs)
 
 
+class Configuration:
+    """One configuration while it is measured: its processes, their samples and where its
+    stopping rule stands. `measure` measures one alone; rnnexp.interleave several in shared
+    rounds. `rounds`: a fixed count spread over this many rounds (0: each visit takes about
+    `round_ms` of samples)."""
+
+    def __init__(self, planned: job.Plan, runs_drift: Drift = UNKNOWN, *,
+                 in_workers: bool = True, round_ms: Optional[float] = None):
+        self.plan, self.drift, self.in_workers = planned, runs_drift, in_workers
+        self.bench: BenchConfig = planned.cfg.bench
+        self.round_ms = round_ms or self.bench.round_ms
+        self.rounds = 0
+        self.shares: list[Share] = []
+        self.readies: list[Ready] = []
+        self.per_process: list[Samples] = []
+        self.timed_s = 0.0
+        self.sample_ms = 1.0
+        self.stopped: Optional[str] = None
+        self.finished: list[Finished] = []
+
+    def add_process(self) -> None:
+        """One more process: built, verified (the first only) and warmed up."""
+        verify_model = not self.shares
+        share: Share = isolation.Worker(self.plan, verify_model=verify_model) \
+            if self.in_workers else Measurer(self.plan, verify_model=verify_model)
+        self.shares.append(share)
+        self.readies.append(share.setup())
+        self.per_process.append(Samples(block=self.readies[0].block))
+        self.sample_ms = max(self.readies[0].iteration_ms * self.readies[0].block, 1e-3)
+
+    def visit(self, share: int, index: Optional[int] = None) -> int:
+        """A round's samples of one of its processes (tagged with interleaved round
+        `index`, if any); how many it took."""
+        bench, have = self.bench, len(self.per_process[share].forward_ms)
+        if self.rounds and index is not None:  # its share of the count by this round's end
+            n = math.ceil((index + 1) * bench.iters / self.rounds) - have
+        else:
+            # A round brings a process at least to its minimum: no stop is asked about before
+            # every process has it, so a shorter round only adds a round trip.
+            n = max(1, math.ceil(self.round_ms / self.sample_ms), bench.min_iters - have)
+        n = min(bench.iters - have, n)
+        if n <= 0:
+            return 0
+        done = self.shares[share].round(n, self.readies[0].block)  # one block size for all
+        samples = done.samples if index is None else done.samples.in_round(index)
+        self.per_process[share].extend(samples)
+        self.timed_s += done.seconds
+        return len(samples.forward_ms)
+
+    def after_round(self, elapsed_s: float) -> None:
+        """Its stopping rule, after a round; once stopped, its processes finish (still inside
+        their backend's context: what was compiled while timed, the profile)."""
+        measured = [s for s in self.per_process if s.forward_ms]
+        if measured:
+            self.sample_ms = max(stats.median(measured[0].total_ms), 1e-3)
+        self.stopped = stop_reason(self.bench, self.per_process, elapsed_s, self.drift)
+        if self.stopped:
+            self.finished = [share.finish() for share in self.shares]
+
+    def wants_process(self) -> bool:
+        """Only more processes narrow the between-process interval: one more once every
+        process has its minimum, up to the most allowed."""
+        counts = [len(s.forward_ms) for s in self.per_process]
+        return self.stopped is None and len(self.shares) < max_processes(self.bench) \
+            and min(counts) >= min(self.bench.min_iters, self.bench.iters)
+
+    def measured(self, wall_s: float, env: Optional[Environment],
+                 interleaving: Optional[Interleaving] = None) -> Measured:
+        assert self.stopped is not None, "after_round() said stop first"
+        first = self.finished[0]
+        return Measured(
+            ready=self.readies[0], per_process=self.per_process, backend=first.backend,
+            stopped=self.stopped, wall_s=wall_s, setup_s=sum(r.setup_s for r in self.readies),
+            warmup_s=sum(r.warmup_s for r in self.readies), timed_s=self.timed_s,
+            environment=env, profile=first.profile, interleaving=interleaving,
+            recompiled="; ".join(dict.fromkeys(f.recompiled for f in self.finished
+                                               if f.recompiled)))
+
+    def close(self) -> None:
+        for share in self.shares:
+            share.close()
+
+
 def measure(planned: job.Plan, progress: Optional[Progress] = None,
             runs_drift: Drift = UNKNOWN) -> Measured:
-    """`runs_drift`: the configuration's drift between its earlier runs, for the stopping
+    """One configuration alone: its processes take turns in rounds until it stops.
+    `runs_drift`: the configuration's drift between its earlier runs, for the stopping
     rule."""
     bench = planned.cfg.bench
-    shares: list[Share] = []
-    per_process: list[Samples] = []
-    readies: list[Ready] = []
+    # One process with nothing to stop on early has no one to take turns with: its rounds
+    # only pace the progress bar.
+    alone = max_processes(bench) == 1 and bench.precision is None and bench.budget_s is None
+    c = Configuration(planned, runs_drift, in_workers=not in_job_process(planned),
+                      round_ms=max(bench.round_ms, SOLO_ROUND_MS) if alone else None)
     t0 = time.perf_counter()
-    timed_s = 0.0
-
-    def add(count: int = 1) -> None:
-        """Start `count` more processes, one after the other, each once the previous one is
-        warm: every process uses all the threads it is given, and side by side their builds,
-        verification and warm-ups (OpenMP threads spinning on busy cores) took several times
-        as long as one after the other."""
-        first = len(shares)
-        names = f"{first + 1}" if count == 1 else f"{first + 1}–{first + count}"
-        _phase(progress, f"process {names} build" + (" + verify" if first == 0 else ""))
-        for i in range(first, first + count):
-            shares.append(_start(planned, i))
-            readies.append(shares[-1].setup())
-            per_process.append(Samples(block=readies[0].block))
-        _phase(progress, None)
-
     # What other processes do is read over the set-up (build, verify, warm-up: up to right
     # before timing; waited for, or refused, as bench.quiet says) and over the timed samples.
     set_up = environment.snapshot()
     gpu = environment.GpuSampler(planned.device)
     try:
-        add(bench.processes)
+        _add(c, bench.processes, progress)
         env = environment.machine(planned.plat.cpu_name)
         env.quiet = bench.quiet.value
-        env.torch_threads = readies[0].threads  # the measuring process's, not this one's
+        env.torch_threads = c.readies[0].threads  # the measuring process's, not this one's
         # A set-up shorter than a look's window extends back to the previous job's last look
         # (in a sweep) rather than sleeping the rest of the window (~0.05 s a small job).
         env.before, env.waited_s = environment.settle(
@@ -186,54 +249,34 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None,
         gpu.start()  # NVML is read while the rounds run
         if progress:
             progress.phase("timed", bench.iters * max_processes(bench))
-        ready = readies[0]
-        sample_ms = max(ready.iteration_ms * ready.block, 1e-3)
-        # One process with nothing to stop on early has no one to take turns with: its rounds
-        # only pace the progress bar.
-        round_ms = bench.round_ms if (max_processes(bench) > 1 or bench.precision is not None
-                                      or bench.budget_s is not None) \
-            else max(bench.round_ms, SOLO_ROUND_MS)
-        while True:
-            for share, samples in zip(shares, per_process, strict=True):
-                have = len(samples.forward_ms)
-                # A round brings a process at least to its minimum: no stop is asked about
-                # before every process has it, so a shorter round only adds a round trip.
-                n = min(bench.iters - have,
-                        max(1, math.ceil(round_ms / sample_ms), bench.min_iters - have))
-                if n <= 0:
-                    continue
-                done = share.round(n, ready.block)  # one block size for every process
-                samples.extend(done.samples)
-                timed_s += done.seconds
-                if progress:
-                    for _ in range(len(done.samples.forward_ms)):
+        while c.stopped is None:
+            for share in range(len(c.shares)):
+                for _ in range(c.visit(share)):
+                    if progress:
                         progress.advance()
-            measured = [s for s in per_process if s.forward_ms]
-            sample_ms = max(stats.median(measured[0].total_ms), 1e-3) if measured else sample_ms
-            stopped = stop_reason(bench, per_process, time.perf_counter() - t0, runs_drift)
-            if stopped:
-                break
-            # Only more processes narrow the between-process interval: add one once every
-            # process has its minimum, while the budget lasts.
-            counts = [len(s.forward_ms) for s in per_process]
-            if len(shares) < max_processes(bench) and min(counts) >= min(bench.min_iters,
-                                                                          bench.iters):
-                add()
+            c.after_round(time.perf_counter() - t0)
+            if c.wants_process():
+                _add(c, 1, progress)
         env.gpu = gpu.stop()
-        finished = [share.finish() for share in shares]
         # Timed samples shorter than a look's shortest window are read with the set-up.
         env.after = environment.look_since(timed, earlier=set_up)
     finally:
         gpu.stop()  # a no-op once stopped: ends the sampling thread after an error
-        for share in shares:
-            share.close()
-    return Measured(environment=env, profile=finished[0].profile,
-                    recompiled="; ".join(dict.fromkeys(f.recompiled for f in finished
-                                                       if f.recompiled)),
-                    ready=readies[0], per_process=per_process, backend=finished[0].backend,
-                    stopped=stopped, wall_s=time.perf_counter() - t0,
-                    setup_s=sum(r.setup_s for r in readies),
-                    warmup_s=sum(r.warmup_s for r in readies), timed_s=timed_s)
+        c.close()
+    return c.measured(time.perf_counter() - t0, env)
+
+
+def _add(c: Configuration, count: int, progress: Optional[Progress]) -> None:
+    """Start `count` more processes, one after the other, each once the previous one is
+    warm: every process uses all the threads it is given, and side by side their builds,
+    verification and warm-ups (OpenMP threads spinning on busy cores) took several times as
+    long as one after the other."""
+    first = len(c.shares)
+    names = f"{first + 1}" if count == 1 else f"{first + 1}–{first + count}"
+    _phase(progress, f"process {names} build" + (" + verify" if first == 0 else ""))
+    for _ in range(count):
+        c.add_process()
+    _phase(progress, None)
 
 
 def _phase(progress: Optional[Progress], name: Optional[str]) -> None:

@@ -137,3 +137,74 @@ def test_an_a_b_of_two_interpreters_runs_interleaved_end_to_end(run_cli, tmp_pat
                          env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "cells judged: 2 paired by round" in out.stdout
+
+
+def start_sweep(tmp_path: Path, *args: str) -> subprocess.Popen:
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "PYTHONWARNINGS": "ignore",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    return subprocess.Popen([sys.executable, "-m", "rnnexp", "-m", *args,
+                             f"hydra.sweep.dir={tmp_path}/sweep"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def signal_in_the_rounds(proc: subprocess.Popen, tmp_path: Path, signum: int) -> str:
+    """Send `signum` a few seconds into the window's rounds; the sweep's stderr."""
+    import signal as signal_mod
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + 180
+    parent = psutil.Process(proc.pid)
+    def workers() -> int:  # the fork server's children
+        found = 0
+        for child in parent.children(recursive=True):
+            try:
+                found += "forkserver" in " ".join(child.parent().cmdline())
+            except (psutil.Error, AttributeError):
+                continue
+        return found
+
+    # Two workers (one per configuration) exist once the window is set up.
+    while workers() < 2:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the window never started"
+        time.sleep(0.2)
+    time.sleep(8)  # set-up done, the short job finished its rounds, the long one measuring
+    proc.send_signal(signal_mod.Signals(signum))
+    _, err = proc.communicate(timeout=120)
+    return err
+
+
+@pytest.mark.slow
+def test_a_scheduler_signal_ends_the_window_but_keeps_what_it_finished(tmp_path):
+    import signal as signal_mod
+
+    proc = start_sweep(tmp_path, "model=lstm", "backend=aten", *TINY, "sinks=[json,mlflow]",
+                       "bench.iters=3,1000000")
+    err = signal_in_the_rounds(proc, tmp_path, signal_mod.SIGUSR2)
+    assert proc.returncode == 0, err  # the sweep goes on
+    done, killed = results_of(tmp_path / "sweep")
+    assert done["status"] == OK and done["phases"]["forward"]["n"] == 3
+    assert killed["status"] == "interrupted" and "SIGUSR2" in killed["reason"]
+
+
+@pytest.mark.slow
+def test_sigterm_in_the_rounds_records_the_finished_job_and_kills_the_other(tmp_path):
+    import signal as signal_mod
+
+    from mlflow.tracking import MlflowClient
+
+    proc = start_sweep(tmp_path, "model=lstm", "backend=aten", *TINY, "sinks=[json,mlflow]",
+                       "bench.iters=3,1000000")
+    signal_in_the_rounds(proc, tmp_path, signal_mod.SIGTERM)
+    assert proc.returncode == 128 + signal_mod.SIGTERM
+    done, killed = results_of(tmp_path / "sweep")
+    assert done["status"] == OK and killed["status"] == "interrupted"
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("rnnexp").experiment_id
+    runs = client.search_runs([exp])
+    statuses = sorted((r.data.tags["rnnexp.kind"], r.info.status) for r in runs)
+    assert statuses == [("job", "FINISHED"), ("job", "KILLED"), ("sweep", "KILLED")]

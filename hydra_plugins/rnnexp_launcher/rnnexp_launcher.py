@@ -74,8 +74,14 @@ class RnnexpLauncher(Launcher):
         for w, members in enumerate(sweep.windows):
             try:
                 outcomes = sweep.measure(w)
-            except (KeyboardInterrupt, Interrupted) as err:  # the window's jobs end killed
-                self._record_interrupted([configs[j.num] for j in members], err)
+            except (KeyboardInterrupt, Interrupted) as err:
+                # What the window finished is recorded; the jobs still measuring end killed.
+                done = getattr(err, "outcomes", {})
+                for j in members:
+                    if j.num in done:
+                        returns[j.num] = self._run(configs[j.num], done[j.num])
+                self._record_interrupted([configs[j.num] for j in members
+                                          if j.num not in done], err)
                 raise
             for j in members:
                 returns[j.num] = self._run(configs[j.num], outcomes.get(j.num))
@@ -102,4 +108,5 @@ class RnnexpLauncher(Launcher):
             except BaseException as again:  # the recorded interrupt, re-raised per job
                 if again is not err:
                     raise
-        err.recorded = True  # type: ignore[attr-defined]
+        if cfgs:  # else the sweep's parent is ended by the app, as outside any job
+            err.recorded = True  # type: ignore[attr-defined]
