@@ -110,10 +110,11 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
     overrides = list(hc.overrides.task)
     output_dir = Path(hc.runtime.output_dir)
     sweep = sinks.Sweep.load(Path(hc.sweep.dir).resolve()) if multirun else None
-    name = label(choices, ("model", "backend", "shape"))
+    name = label(choices, ("model", "backend", "shape"), overrides=overrides)
     if sweep is not None and hc.job.num in sweep.skip_jobs:
-        err_console.print(f"skipped: {label(choices)} was measured earlier in {sweep.dir} "
-                          "(resume=true)", highlight=False, markup=False)
+        err_console.print(f"skipped: {label(choices, overrides=overrides)} was measured "
+                          f"earlier in {sweep.dir} (resume=true)", highlight=False,
+                          markup=False)
         return "skipped"
     device_lock = contextlib.nullcontext()
     try:

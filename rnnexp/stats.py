@@ -36,6 +36,12 @@ def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
     }
 
 
+def quartiles(samples_ms: Sequence[float]) -> tuple[float, float]:
+    """The 25th and 75th percentiles, as `summarize` takes them for the IQR."""
+    q1, q3 = np.percentile(np.asarray(samples_ms, dtype=np.float64), [25, 75])
+    return float(q1), float(q3)
+
+
 def median(samples_ms: Sequence[float]) -> float:
     return float(np.median(np.asarray(samples_ms, dtype=np.float64)))
 
