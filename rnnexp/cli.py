@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from rnnexp import (
     callback,
+    cli_help,  # noqa: F401 — the resolver `rnnexp --help` lists the groups with
     compositions,
     config_check,
     credentials,
