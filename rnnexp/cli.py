@@ -48,7 +48,7 @@ from rnnexp.errors import (
     signal_name,
 )
 from rnnexp.report import RichProgress, err_console, print_error
-from rnnexp.results import INTERRUPTED, RESULTS_FILE, Result, label
+from rnnexp.results import CRASHED, INTERRUPTED, RESULTS_FILE, Result, label
 
 EXIT_USER_ERROR = exit_codes.USER_ERROR
 
@@ -191,15 +191,28 @@ def _hydra_errors_in_one_line() -> None:
 
     def run_and_report(func):
         if full_error():
-            return original(func)
+            return original(_ending_the_sweep_on_error(func))
         try:
-            return func()
+            return _ending_the_sweep_on_error(func)()
         except Exception as err:
             print_error(config_check.one_line(err))
             sys.exit(EXIT_USER_ERROR)
 
     run_and_report.rnnexp = True  # type: ignore[attr-defined]
     hydra_utils.run_and_report = run_and_report
+
+
+def _ending_the_sweep_on_error(func):
+    """A sweep whose launch fails (no SLURM here, a launcher's error) ends its parent run
+    FAILED with the reason, instead of leaving it RUNNING at the top of the MLflow list."""
+    def run():
+        try:
+            return func()
+        except Exception as err:
+            callback.abort_active(Result(choices={}, overrides=[], config={}, status=CRASHED,
+                                         reason=f"the sweep stopped: {crash_line(err)}"))
+            raise
+    return run
 
 
 def _no_second_batch_check() -> None:

@@ -230,14 +230,14 @@ def test_table_shows_percent_of_peak_for_valid_results_only():
 
 def test_mlflow_metrics_carry_the_roofline():
     r = result_of(FWD_BWD)
-    assert not any(k.startswith("roofline_") for k in runs.metrics_of(r))
+    assert not any(k.startswith("roofline/") for k in runs.metrics_of(r))
     r.roofline = roofline.place(r, PEAKS)
     m = runs.metrics_of(r)
-    assert m["roofline_pct_peak_flops"] == pytest.approx(25)
-    assert m["roofline_pct_peak_bandwidth"] == pytest.approx(50)
-    assert m["roofline_intensity"] == pytest.approx(1000)
-    assert (m["roofline_peak_gflops"], m["roofline_peak_gbps"]) == (4000.0, 2.0)
-    assert m["roofline_gflops"] == m["total_gflops"]
+    assert m["roofline/pct_peak_flops"] == m["pct_peak_flops"] == pytest.approx(25)
+    assert m["roofline/pct_peak_bandwidth"] == m["pct_peak_bandwidth"] == pytest.approx(50)
+    assert m["roofline/intensity"] == pytest.approx(1000)
+    assert (m["roofline/peak_gflops"], m["roofline/peak_gbps"]) == (4000.0, 2.0)
+    assert m["roofline/gflops"] == m["total/gflops"]
 
 
 def test_the_switch_is_a_typed_bool():
@@ -315,7 +315,7 @@ def test_sweep_runs_carry_the_roofline_in_mlflow(roofline_sweep):
         roof = load_results(folder)["roofline"]
         for key in ("pct_peak_flops", "pct_peak_bandwidth", "intensity", "peak_gflops",
                     "peak_gbps", "pct_attainable"):
-            assert run.data.metrics[f"roofline_{key}"] == pytest.approx(roof[key]), key
+            assert run.data.metrics[f"roofline/{key}"] == pytest.approx(roof[key]), key
 
 
 @pytest.mark.slow

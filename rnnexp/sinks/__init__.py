@@ -58,9 +58,17 @@ class Sweep:
     @classmethod
     def start(cls, folder: Path, overrides: Sequence[str]) -> Sweep:
         sweep = cls(dir=str(Path(folder).resolve()), overrides=list(overrides))
-        swept = [o for o in overrides if "," in o or "(" in o] or list(overrides)
-        sweep.name = " ".join([f"sweep {sweep.started}", *swept])
+        sweep.name = sweep_name(overrides, sweep.started)
         return sweep
+
+
+def sweep_name(overrides: Sequence[str], started: str) -> str:
+    """What a sweep varies, then when it started: `model=lstm,py backend=aten · 2026-11-24
+    10:31:05`. Lists that cut the name short (MLflow's runs table shows ~20 characters)
+    must start with what tells sweeps apart, not with a date they all share."""
+    swept = [o for o in overrides if "," in o or "(" in o] or \
+        [o for o in overrides if not o.startswith("sinks.")]
+    return " ".join([*swept, "·", started]) if swept else f"sweep · {started}"
 
 
 Jobs = Sequence[tuple[Path, Result]]
