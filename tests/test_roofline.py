@@ -40,6 +40,9 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setattr(roofline, "MIN_RUN_TIME_S", 0.05)
     monkeypatch.setattr(roofline, "CALIBRATE_S", 0.01)
     monkeypatch.setattr(roofline, "COPY_BYTES", {"cpu": 8 * 2**20})
+    # The machine's load decides whether cached peaks are taken again: a quiet one here,
+    # whatever else this shared machine runs (the busy case sets its own).
+    monkeypatch.setattr(roofline, "current_load", lambda: 0.0)
     calls = []
     real = roofline.measure
 
@@ -98,6 +101,25 @@ def test_another_dtype_or_thread_count_measures_again(cache):
     for dtype, threads in (("float32", 1), ("bfloat16", 1), ("float32", 2)):
         roofline.peaks(CPU, "test cpu", dtype, threads)
     assert len(calls) == 3
+
+
+def test_peaks_taken_busy_are_measured_again_once_the_machine_is_quiet(cache, monkeypatch,
+                                                                        capsys):
+    folder, calls = cache
+    cpus = os.cpu_count() or 1
+    monkeypatch.setattr(roofline, "current_load", lambda: 2.0 * cpus)  # busy
+    roofline.peaks(CPU, "test cpu", "float32", 1)
+    assert "busy" in capsys.readouterr().err
+    roofline.peaks(CPU, "test cpu", "float32", 1)
+    assert len(calls) == 1  # still busy: measuring again would not be better
+    monkeypatch.setattr(roofline, "current_load", lambda: 0.1)  # quiet
+    roofline.peaks(CPU, "test cpu", "float32", 1)
+    assert len(calls) == 2
+    assert "again: the cached ones were taken on a busy machine" in capsys.readouterr().err
+    roofline.peaks(CPU, "test cpu", "float32", 1)
+    assert len(calls) == 2  # taken quiet: kept
+    saved = json.loads(next(folder.glob("*.json")).read_text())
+    assert saved["peaks"]["load_1min"] == 0.1
 
 
 def test_the_key_holds_device_and_library_versions():
