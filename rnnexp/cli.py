@@ -27,6 +27,7 @@ from rnnexp import (
     compositions,
     config_check,
     credentials,
+    estimate,
     execution,
     exit_codes,
     isolation,
@@ -229,7 +230,18 @@ def plan_ahead(overrides: list[str]) -> None:
     user = config_check.user_overrides(overrides)
     config, choices = config_check.validated(user), config_check.choices(user)
     if config is not None and choices is not None:
-        _PLANS[config_check._key(user)] = job.plan(config, choices, user)
+        planned = _PLANS[config_check._key(user)] = job.plan(config, choices, user)
+        say_how_long(planned)
+
+
+def say_how_long(planned: job.Plan) -> None:
+    """A run of more than a few seconds says so before it starts (rnnexp.estimate)."""
+    try:
+        found = estimate.of_plan(planned)
+    except Exception:  # no peaks to estimate with (a GPU without room): say nothing
+        return
+    if found is not None and found.seconds >= estimate.WORTH_SAYING_S:
+        err_console.print(found.line(), highlight=False, markup=False, soft_wrap=True)
 
 
 def main() -> None:

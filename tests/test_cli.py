@@ -31,6 +31,7 @@ def test_small_run_prints_table_and_writes_results(run_cli, tmp_path):
     assert data["platform"]["torch_version"]
     assert data["config"]["shape"]["hidden_size"] == 32
     assert data["overrides"] == TINY
+    assert not (tmp_path / "run" / "rnnexp.log").exists()  # Hydra's log file stayed empty
 
 
 def test_bad_value_is_one_line_and_nothing_runs(run_cli, tmp_path):

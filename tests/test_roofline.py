@@ -396,3 +396,25 @@ def test_compare_roofline_without_roofline_metrics_is_one_line(roofline_sweep, t
     assert err.strip() == ("error: --roofline: no timed job of this sweep carries roofline "
                            "metrics — record it with bench.roofline=true (the default)")
     assert not (tmp_path / "summary" / "roofline.png").exists()
+
+
+def test_a_long_run_says_how_long_before_it_starts(cache, capsys):
+    """fastrnns' default shape: 110 iterations of ~81 GFLOP (forward+backward) at the GEMM
+    peak; the small shape is below the line worth saying."""
+    from rnnexp import cli, estimate, job
+
+    _, calls = cache
+    default = job.plan(check([], multirun=False)[0], {"model": "lstm", "backend": "auto"})
+    found = estimate.of_plan(default)  # measures the peaks (the run needs them anyway)
+    capsys.readouterr()
+    assert found.iterations == 110 and found.gflop == pytest.approx(80.7, rel=0.01)
+    assert found.seconds >= 110 * found.gflop / found.peak_gflops * 0.999
+    cli.say_how_long(default)
+    line = capsys.readouterr().err
+    if found.seconds >= estimate.WORTH_SAYING_S:
+        assert line.startswith(f"estimate: at least ~{found.seconds:.0f} s — 110 iterations")
+    small = job.plan(check(["shape=small"], multirun=False)[0], {"model": "lstm"})
+    assert estimate.of_plan(small).seconds < estimate.WORTH_SAYING_S
+    cli.say_how_long(small)
+    assert capsys.readouterr().err == ""
+    assert len(calls) == 1  # the peaks the run records anyway, measured once
