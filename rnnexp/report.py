@@ -141,12 +141,19 @@ def status_cell(r: Result, notes: Footnotes) -> str:
     return cell + (f" {escape(notes.mark(r.reason))}" if r.reason else "")
 
 
-def results_table(results: Iterable[Result], title: str = "rnnexp", wide: bool = False
-                  ) -> Table:
+def results_table(results: Iterable[Result], title: str = "rnnexp", wide: bool = False,
+                  shorten: bool = False) -> Table:
     """One row per job: its name, times, rates and status, narrow enough for a terminal;
     `wide` adds dtype, GFLOP/s, GB/s and the verification error (all of it is in
-    results.json). Reasons are numbered footnotes in the caption."""
+    results.json). Reasons are numbered footnotes in the caption. `shorten` (a sweep's
+    table): the parts of the name every row shares move to the title."""
+    from rnnexp.summary import split_common
+
     results = list(results)
+    names = [job_name(r) for r in results]
+    if shorten:
+        names, common = split_common(names)
+        title += f" — all {common}" if common else ""
     notes = Footnotes()
     table = Table(title=title, caption_justify="left")
     table.add_column("job", overflow="fold")
@@ -159,7 +166,7 @@ def results_table(results: Iterable[Result], title: str = "rnnexp", wide: bool =
     if wide:
         table.add_column("verified", no_wrap=True)
     table.add_column("status")
-    for r in results:
+    for r, name in zip(results, names, strict=True):
         times = [_ms(r.phase("forward")), _ms(r.phase("backward"))] if r.timed else \
             ["—", "—"]
         rate = r.rate_phase
@@ -171,7 +178,7 @@ def results_table(results: Iterable[Result], title: str = "rnnexp", wide: bool =
             rates = ["—"] * len(rates)
         extra = [r.dtype or "—"] if wide else []
         checked = [_verified(r)] if wide else []
-        table.add_row(escape(job_name(r)), *extra, *times, *rates, *checked,
+        table.add_row(escape(name), *extra, *times, *rates, *checked,
                       status_cell(r, notes))
     table.caption = "\n".join([CAPTION, *notes.lines()])
     return table

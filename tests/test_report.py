@@ -124,3 +124,12 @@ def test_chart_labels_keep_what_varies_and_whiskers_are_quartiles():
     row = Row.of("0", result_with(LSTM, []))
     assert 0 < row.fwd_q1_ms < row.fwd_median_ms < row.fwd_q3_ms  # asymmetric, never < 0
     assert row.fwd_q3_ms - row.fwd_median_ms != row.fwd_median_ms - row.fwd_q1_ms
+
+
+def test_a_sweep_table_names_rows_by_what_varies():
+    rows = [result_with({**LSTM, "deepbench": p}, []) for p in ("train_a", "train_b")]
+    console = Console(record=True, width=120)
+    console.print(results_table(rows, title="sweep", shorten=True))
+    text = console.export_text()
+    assert "sweep — all lstm·aten·cpu" in text
+    assert "│ train_a " in text and "│ train_b " in text

@@ -29,4 +29,4 @@ class Console(Sink):
     def on_sweep_end(self, sweep: Sweep, jobs: Jobs) -> None:
         console.print(results_table([r for _, r in jobs],
                                     title=f"rnnexp sweep: {len(jobs)} jobs",
-                                    wide=self.wide))
+                                    wide=self.wide, shorten=True))
