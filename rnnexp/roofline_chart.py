@@ -39,7 +39,7 @@ def points(runs: Sequence[Run], keys: Sequence[str]) -> tuple[list[Point], int]:
         if roof is None or any(getattr(roof, k) is None for k in NEEDED):
             missing += 1
             continue
-        out.append(Point(label=label(run.row.choices, keys), intensity=roof.intensity,
+        out.append(Point(label=label(run.config, keys), intensity=roof.intensity,
                          gflops=roof.gflops, peak_gflops=roof.peak_gflops,
                          peak_gbps=roof.peak_gbps, where=run.where))
     if not out:

@@ -114,9 +114,10 @@ def bar_chart(labels: Sequence[str], fwd: Sequence[Optional[float]],
         err = whiskers(med, ranges)
         ax.barh(y + offset, med, height=0.4, label=name, xerr=err, capsize=2)
         values += [v for v in med if v > 0]
-        for yi, v in zip(y + offset, med, strict=True):
+        ends = med + (err[1] if err is not None else 0)  # past the whisker, not on it
+        for yi, v, end in zip(y + offset, med, ends, strict=True):
             if v > 0:
-                ax.annotate(f"{v:.3g}", (v, yi), xytext=(3, 0), textcoords="offset points",
+                ax.annotate(f"{v:.3g}", (end, yi), xytext=(4, 0), textcoords="offset points",
                             va="center", fontsize=6)
     if values and max(values) / min(values) > DECADE:
         ax.set_xscale("log")

@@ -418,3 +418,15 @@ def test_a_long_run_says_how_long_before_it_starts(cache, capsys):
     cli.say_how_long(small)
     assert capsys.readouterr().err == ""
     assert len(calls) == 1  # the peaks the run records anyway, measured once
+
+
+def test_roofline_points_are_named_by_the_config_fields_that_vary():
+    """A shape sweep: the points differ in shape.hidden_size, a field, not a group choice."""
+    found = []
+    for hidden in (32, 256):
+        r = result_of(FWD_BWD)
+        r.config = {"shape": {"hidden_size": hidden}}
+        r.roofline = roofline.place(r, PEAKS)
+        found.append(sweeps.Run.of(str(hidden), r))
+    pts, _ = roofline_chart.points(found, ["model", "shape.hidden_size"])
+    assert [p.label for p in pts] == ["jit·32", "jit·256"]
