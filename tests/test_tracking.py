@@ -317,3 +317,20 @@ def test_a_failed_launch_ends_its_parent_run(tmp_path):
     assert len(parents) == 1 and not children
     assert parents[0].info.status == "FAILED"
     assert "srun" in parents[0].data.tags["reason"]
+
+
+def test_a_sweep_is_named_by_what_it_sweeps_before_its_date():
+    from rnnexp.sinks import sweep_name
+
+    assert sweep_name(["model=lstm,py", "shape=small"], "2026-11-24 10:00:00") == \
+        "model=lstm,py · 2026-11-24 10:00:00"
+    many = "+deepbench=" + ",".join(f"p{i}" for i in range(12))
+    assert sweep_name([many, "bench=quick"], "D") == "+deepbench=p0,p1,p2,… (12) · D"
+    assert sweep_name(["+experiment=deepbench", "sinks.mlflow.uri=x"], "D") == \
+        "+experiment=deepbench · D"
+
+
+def test_the_experiment_opens_on_its_runs_in_the_mlflow_ui(tmp_path):
+    client, exp_id = store.connect(sqlite(tmp_path / "mlflow.db"), "rnnexp")
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == \
+        "custom_model_development"

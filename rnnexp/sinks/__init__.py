@@ -68,7 +68,17 @@ def sweep_name(overrides: Sequence[str], started: str) -> str:
     must start with what tells sweeps apart, not with a date they all share."""
     swept = [o for o in overrides if "," in o or "(" in o] or \
         [o for o in overrides if not o.startswith("sinks.")]
+    swept = [_short(o) for o in swept]
     return " ".join([*swept, "·", started]) if swept else f"sweep · {started}"
+
+
+def _short(override: str, keep: int = 3) -> str:
+    """A long list cut to its first options and how many: the full list is a param."""
+    key, sep, value = override.partition("=")
+    items = value.split(",")
+    if not sep or len(items) <= keep + 1 or "(" in value:
+        return override
+    return f"{key}={','.join(items[:keep])},… ({len(items)})"
 
 
 Jobs = Sequence[tuple[Path, Result]]
