@@ -68,7 +68,7 @@ def median_ci(samples_ms: Sequence[float], confidence: float = CONFIDENCE
 
 def round_medians(per_process: Sequence[Sequence[float]],
                   rounds: Sequence[Sequence[int]]) -> list[list[Optional[float]]]:
-    """[process][round]: the median of each process's samples taken in each interleaved
+    """`[process][round]`: the median of each process's samples taken in each interleaved
     round (None where it took none), rounds 0 .. the last any process took a sample in."""
     last = max((max(r) for r in rounds if len(r)), default=-1)
     out: list[list[Optional[float]]] = []
