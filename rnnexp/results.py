@@ -66,6 +66,8 @@ def overridden_fields(overrides: Sequence[str], group: str) -> list[str]:
     for text in overrides:
         key, sep, value = text.lstrip("+~").partition("=")
         if sep and key.startswith(group + "."):
+            if key.endswith("_target_"):  # a dotted path: its last name says which
+                value = value.rsplit(".", 1)[-1]
             out.append(f"{key[len(group) + 1:]}={value}")
     return out
 
