@@ -23,9 +23,11 @@ from rich.markup import escape
 
 from rnnexp import (
     callback,
+    cli_help,  # noqa: F401 — the resolver `rnnexp --help` lists the groups with
     compositions,
     config_check,
     credentials,
+    estimate,
     execution,
     exit_codes,
     isolation,
@@ -47,7 +49,7 @@ from rnnexp.errors import (
     signal_name,
 )
 from rnnexp.report import RichProgress, err_console, print_error
-from rnnexp.results import INTERRUPTED, RESULTS_FILE, Result, label
+from rnnexp.results import CRASHED, INTERRUPTED, RESULTS_FILE, Result, label
 
 EXIT_USER_ERROR = exit_codes.USER_ERROR
 
@@ -110,10 +112,11 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
     overrides = list(hc.overrides.task)
     output_dir = Path(hc.runtime.output_dir)
     sweep = sinks.Sweep.load(Path(hc.sweep.dir).resolve()) if multirun else None
-    name = label(choices, ("model", "backend", "shape"))
+    name = label(choices, ("model", "backend", "shape"), overrides=overrides)
     if sweep is not None and hc.job.num in sweep.skip_jobs:
-        err_console.print(f"skipped: {label(choices)} was measured earlier in {sweep.dir} "
-                          "(resume=true)", highlight=False, markup=False)
+        err_console.print(f"skipped: {label(choices, overrides=overrides)} was measured "
+                          f"earlier in {sweep.dir} (resume=true)", highlight=False,
+                          markup=False)
         return "skipped"
     device_lock = contextlib.nullcontext()
     try:
@@ -189,15 +192,28 @@ def _hydra_errors_in_one_line() -> None:
 
     def run_and_report(func):
         if full_error():
-            return original(func)
+            return original(_ending_the_sweep_on_error(func))
         try:
-            return func()
+            return _ending_the_sweep_on_error(func)()
         except Exception as err:
             print_error(config_check.one_line(err))
             sys.exit(EXIT_USER_ERROR)
 
     run_and_report.rnnexp = True  # type: ignore[attr-defined]
     hydra_utils.run_and_report = run_and_report
+
+
+def _ending_the_sweep_on_error(func):
+    """A sweep whose launch fails (no SLURM here, a launcher's error) ends its parent run
+    FAILED with the reason, instead of leaving it RUNNING at the top of the MLflow list."""
+    def run():
+        try:
+            return func()
+        except Exception as err:
+            callback.abort_active(Result(choices={}, overrides=[], config={}, status=CRASHED,
+                                         reason=f"the sweep stopped: {crash_line(err)}"))
+            raise
+    return run
 
 
 def _no_second_batch_check() -> None:
@@ -214,7 +230,18 @@ def plan_ahead(overrides: list[str]) -> None:
     user = config_check.user_overrides(overrides)
     config, choices = config_check.validated(user), config_check.choices(user)
     if config is not None and choices is not None:
-        _PLANS[config_check._key(user)] = job.plan(config, choices, user)
+        planned = _PLANS[config_check._key(user)] = job.plan(config, choices, user)
+        say_how_long(planned)
+
+
+def say_how_long(planned: job.Plan) -> None:
+    """A run of more than a few seconds says so before it starts (rnnexp.estimate)."""
+    try:
+        found = estimate.of_plan(planned)
+    except Exception:  # no peaks to estimate with (a GPU without room): say nothing
+        return
+    if found is not None and found.seconds >= estimate.WORTH_SAYING_S:
+        err_console.print(found.line(), highlight=False, markup=False, soft_wrap=True)
 
 
 def main() -> None:

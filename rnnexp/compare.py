@@ -49,7 +49,7 @@ EXIT_REGRESSION = exit_codes.REGRESSION
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m rnnexp.compare",
-                                     description=__doc__.split("\n")[0])
+                                     description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("sweep", nargs="?", default=None,
                         help="results folder, or MLflow parent run id or name of the sweep "
                              "(default: the latest sweep in the store)")

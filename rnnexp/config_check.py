@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import os
 import re
 import tempfile
@@ -92,6 +93,10 @@ def one_line(err: BaseException) -> str:
         group, _, name = err.missing_cfg_file.rpartition("/")
         options = group_options(group)
         if group and options:
+            close = difflib.get_close_matches(name, options, n=1)
+            if close:  # the likely typo first; the whole list is one `--help` away
+                return (f"{group}={name}: no such option — did you mean {close[0]}? "
+                        f"(all {len(options)}: rnnexp --help)")
             return f"{group}={name}: no such option — choose one of: {', '.join(options)}"
     cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else None
     if isinstance(err, OmegaConfBaseException):

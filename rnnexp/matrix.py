@@ -9,9 +9,12 @@ the job runs, not here.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from hydra import compose, initialize_config_dir
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rnnexp import job, schema
@@ -19,21 +22,25 @@ from rnnexp.config_check import CONF_DIR, CONFIG_NAME, group_options
 from rnnexp.errors import RnnexpError
 from rnnexp.platform import Platform
 from rnnexp.platform import current as current_platform
-from rnnexp.report import console
+from rnnexp.report import console, err_console
 
 OK = "✓"
 
 
 def support(models: Sequence[str], backends: Sequence[str], device: str = "auto",
-            plat: Platform | None = None, extra: Sequence[str] = ()
-            ) -> dict[tuple[str, str], str]:
+            plat: Platform | None = None, extra: Sequence[str] = (),
+            progress: Progress | None = None) -> dict[tuple[str, str], str]:
     """{(model, backend): "" if it runs here, else the one-line reason}; `extra` overrides
-    (e.g. dtype=bfloat16) apply to every cell."""
+    (e.g. dtype=bfloat16) apply to every cell. `progress` advances once a cell."""
     schema.register()
     cells = {}
+    task = progress.add_task("checking", total=len(models) * len(backends)) \
+        if progress else None
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         for model in models:
             for backend in backends:
+                if progress is not None and task is not None:
+                    progress.update(task, description=f"checking {model} × {backend}")
                 choices = {"model": model, "backend": backend, "device": device}
                 overrides = [f"{k}={v}" for k, v in choices.items()] + list(extra)
                 try:
@@ -42,12 +49,43 @@ def support(models: Sequence[str], backends: Sequence[str], device: str = "auto"
                     cells[model, backend] = ""
                 except RnnexpError as err:
                     cells[model, backend] = str(err)
+                if progress is not None and task is not None:
+                    progress.advance(task)
     return cells
 
 
+@dataclass
+class Reason:
+    """One footnote: a refusal shared by several models, their names in place of one."""
+
+    why: str  # the refusal with the model's name as {models}
+    models: list[str] = field(default_factory=list)
+    advices: list[str] = field(default_factory=list)  # what to use instead, per model
+
+    def add(self, model: str, advice: str) -> None:
+        if model not in self.models:
+            self.models.append(model)
+            self.advices.append(advice)
+
+    def line(self) -> str:
+        text = self.why.replace("{models}", ", ".join(self.models))
+        if not self.advices[0]:
+            return text
+        if len(set(self.advices)) == 1:
+            return f"{text} — {self.advices[0]}"
+        return f"{text} — e.g. for {self.models[0]}: {self.advices[0]}"
+
+
+def reason_key(model: str, why: str) -> tuple[str, str]:
+    """(the refusal without the model's own name, the advice after " — "): cells refused
+    for the same reason share a footnote; 28 near-copies told nothing more than 8."""
+    head, _, advice = why.partition(" — ")
+    return re.sub(rf"\bmodel={re.escape(model)}\b", "model={models}", head), advice
+
+
 def render(models: Sequence[str], backends: Sequence[str], cells: dict, title: str) -> None:
-    """A ✓/✗ grid, then each distinct reason once, numbered, on its own line."""
-    reasons: list[str] = []
+    """A ✓/✗ grid, then each distinct reason once, numbered, its models named together."""
+    reasons: dict[str, Reason] = {}
     table = Table(title=title)
     table.add_column("model")
     for b in backends:
@@ -59,13 +97,13 @@ def render(models: Sequence[str], backends: Sequence[str], cells: dict, title: s
             if not why:
                 row.append(f"[green]{OK}[/]")
                 continue
-            if why not in reasons:
-                reasons.append(why)
-            row.append(f"[red]✗{reasons.index(why) + 1}[/]")
+            head, advice = reason_key(m, why)
+            reasons.setdefault(head, Reason(why=head)).add(m, advice)
+            row.append(f"[red]✗{list(reasons).index(head) + 1}[/]")
         table.add_row(m, *row)
     console.print(table)
-    for i, why in enumerate(reasons, 1):
-        console.print(f"✗{i} {why}", highlight=False, soft_wrap=True, markup=False)
+    for i, reason in enumerate(reasons.values(), 1):
+        console.print(f"✗{i} {reason.line()}", highlight=False, soft_wrap=True, markup=False)
 
 
 def _names(text: str | None, group: str) -> list[str]:
@@ -89,7 +127,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     models, backends = _names(args.models, "model"), _names(args.backends, "backend")
     plat = current_platform()
-    cells = support(models, backends, args.device, plat)
+    # Each cell plans a job (~0.5 s): say how far it is rather than stay silent a minute.
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        cells = support(models, backends, args.device, plat, progress=progress)
     render(models, backends, cells,
            f"device={args.device} · torch {plat.torch_version} · {plat.build} · "
            f"{plat.gpu_count} GPU(s)")

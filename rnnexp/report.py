@@ -6,11 +6,18 @@ from typing import Iterable, Optional
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from rnnexp.credentials import redact
-from rnnexp.results import OK, RECOMPILED, PhaseStats, Result, format_ms
+from rnnexp.results import OK, PhaseStats, Result, format_ms
 
 # Logs and CI are not terminals; give tables room there instead of rich's 80 columns.
 console = Console(width=None if Console().is_terminal else 160)
@@ -39,6 +46,7 @@ class RichProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),  # what is left of a long run, from its pace so far
             console=console,
             transient=False,
         )
@@ -93,41 +101,84 @@ def _ms(phase: PhaseStats) -> str:
     return format_ms(phase.median_ms, phase.iqr_ms) if phase.timed else "n/a"
 
 
-def results_table(results: Iterable[Result], title: str = "rnnexp") -> Table:
-    table = Table(title=title, caption="times: median ± IQR/2 in ms; rates at the median of "
-                                       "forward+backward (forward alone if no backward); "
-                                       "% peak: GFLOP/s · GB/s as % of the device's measured "
-                                       "GEMM · copy peaks")
-    for col in ("model", "backend", "shape", "device", "dtype"):
-        table.add_column(col)
-    for col in ("fwd ms", "bwd ms", "tokens/s", "GFLOP/s", "GB/s", "% peak"):
-        table.add_column(col, justify="right")
-    table.add_column("verified")
+CAPTION = ("ms: median ± IQR/2 · rates at the median of forward+backward (forward alone if no "
+           "backward) · % peak: GFLOP/s · GB/s as % of the device's measured GEMM · copy peaks")
+
+
+def job_name(r: Result) -> str:
+    """The job's label, with the backend that ran after the one asked for (auto→aten)."""
+    backend = r.choices.get("backend", "?")
+    if r.backend.name and r.backend.name != backend:
+        return r.label.replace(f"·{backend}·", f"·{backend}→{r.backend.name}·", 1)
+    return r.label
+
+
+class Footnotes:
+    """Long reasons under the table, each once, numbered: a reason in a cell wrapped over
+    a dozen lines and pushed every column out of view."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def mark(self, text: str) -> str:
+        if text not in self.notes:
+            self.notes.append(text)
+        return f"[{self.notes.index(text) + 1}]"
+
+    def lines(self) -> list[str]:
+        return [f"[{i}] {text}" for i, text in enumerate(self.notes, 1)]
+
+
+def status_cell(r: Result, notes: Footnotes) -> str:
+    """The status, with the machine's flags or a footnote saying why it is not ok."""
+    if r.status == OK:
+        flags = f" [yellow]({escape(', '.join(r.flags))})[/]" if r.flags else ""
+        unverified = r.verification is not None and r.verification.status != "passed"
+        return "[green]ok[/]" + (" [yellow]not verified[/]" if unverified else "") + flags
+    cell = f"[{'yellow' if not r.timed else 'red'}]{r.status}[/]"
+    if r.verification is not None and r.verification.status == "failed":
+        cell += f" {_verified(r)}"  # by how much it missed
+    return cell + (f" {escape(notes.mark(r.reason))}" if r.reason else "")
+
+
+def results_table(results: Iterable[Result], title: str = "rnnexp", wide: bool = False,
+                  shorten: bool = False) -> Table:
+    """One row per job: its name, times, rates and status, narrow enough for a terminal;
+    `wide` adds dtype, GFLOP/s, GB/s and the verification error (all of it is in
+    results.json). Reasons are numbered footnotes in the caption. `shorten` (a sweep's
+    table): the parts of the name every row shares move to the title."""
+    from rnnexp.summary import split_common
+
+    results = list(results)
+    names = [job_name(r) for r in results]
+    if shorten:
+        names, common = split_common(names)
+        title += f" — all {common}" if common else ""
+    notes = Footnotes()
+    table = Table(title=title, caption_justify="left")
+    table.add_column("job", overflow="fold")
+    if wide:
+        table.add_column("dtype", no_wrap=True)
+    numbers = ["fwd ms", "bwd ms", "tokens/s"] + (["GFLOP/s", "GB/s"] if wide else []) + \
+        ["% peak"]
+    for col in numbers:
+        table.add_column(col, justify="right", no_wrap=True)
+    if wide:
+        table.add_column("verified", no_wrap=True)
     table.add_column("status")
-    for r in results:
-        model, backend, shape = (r.choices.get(k, "?") for k in ("model", "backend", "shape"))
-        if not r.timed:
-            table.add_row(model, backend, shape, r.device or "—", r.dtype or "—",
-                          "—", "—", "—", "—", "—", "—", "—",
-                          f"[yellow]{r.status}[/]: {escape(r.reason)}")
-            continue
-        if r.backend.name and r.backend.name != backend:
-            backend = f"{backend}→{r.backend.name}"
-        times = [_ms(r.phase("forward")), _ms(r.phase("backward"))]
+    for r, name in zip(results, names, strict=True):
+        times = [_ms(r.phase("forward")), _ms(r.phase("backward"))] if r.timed else \
+            ["—", "—"]
         rate = r.rate_phase
-        rates = [_num(rate.tokens_per_s, ",.0f"), _num(rate.gflops, ".2f"),
-                 _num(rate.gbps, ".2f"), _peak(r)]
-        if r.status == OK:
-            status = "[green]ok[/]"
-            if r.environment is not None and r.environment.flags:  # see the warning line
-                status += f" [yellow]({escape(', '.join(r.environment.flags))})[/]"
-        else:
+        rates = [_num(rate.tokens_per_s, ",.0f")] + \
+            ([_num(rate.gflops, ".2f"), _num(rate.gbps, ".2f")] if wide else []) + [_peak(r)]
+        if r.status != OK:
             # Not a valid result: the times stay visible for diagnosis, struck through.
-            status = f"[red]{r.status}[/]"
-            if r.status == RECOMPILED:  # which compilations landed in the samples
-                status += f": {escape(r.reason)}"
-            times = [f"[strike dim]{t}[/]" for t in times]
+            times = [f"[strike dim]{t}[/]" if r.timed else t for t in times]
             rates = ["—"] * len(rates)
-        table.add_row(model, backend, shape, r.device, r.dtype, *times, *rates, _verified(r),
-                      status)
+        extra = [r.dtype or "—"] if wide else []
+        checked = [_verified(r)] if wide else []
+        table.add_row(escape(name), *extra, *times, *rates, *checked,
+                      status_cell(r, notes))
+    table.caption = "\n".join([CAPTION, *notes.lines()])
     return table

@@ -37,16 +37,40 @@ INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
 # Statuses that make the run or sweep exit with exit_codes.JOB_FAILED.
 FAILED_STATUSES = (INVALID, RECOMPILED, CRASHED)
 
+DEFAULT_DTYPE = "float32"  # labels name any other
 # The config groups that name a job, in the order labels show them.
 LABEL_KEYS = ("model", "backend", "shape", "device")
 
 
 def label(choices: Mapping[str, Any], keys: Sequence[str] = LABEL_KEYS,
-          device: str = "") -> str:
+          device: str = "", overrides: Sequence[str] = ()) -> str:
     """The one way a job is named: its choices joined by "·", e.g. jit_premul·te·small·cpu.
-    `device` (the resolved one, e.g. cuda:1) stands in for the device choice when known."""
+    `device` (the resolved one, e.g. cuda:1) stands in for the device choice when known.
+    A DeepBench problem stands where the shape does (it sets the shape), and fields of a
+    group set on the command line follow its option, `default(hidden_size=1024)`: rows that
+    differ in them must not read alike."""
     values = {**choices, "device": device} if device else choices
-    return "·".join(str(values.get(k, "?")) for k in keys)
+    return "·".join(_label_part(k, values, overrides) for k in keys)
+
+
+def _label_part(key: str, values: Mapping[str, Any], overrides: Sequence[str]) -> str:
+    group, name = key, str(values.get(key, "?"))
+    if key == "shape" and values.get("deepbench"):
+        group, name = "deepbench", str(values["deepbench"])
+    fields = overridden_fields(overrides, group)
+    return f"{name}({','.join(fields)})" if fields else name
+
+
+def overridden_fields(overrides: Sequence[str], group: str) -> list[str]:
+    """`field=value` for each `group.field=value` among command-line overrides."""
+    out = []
+    for text in overrides:
+        key, sep, value = text.lstrip("+~").partition("=")
+        if sep and key.startswith(group + "."):
+            if key.endswith("_target_"):  # a dotted path: its last name says which
+                value = value.rsplit(".", 1)[-1]
+            out.append(f"{key[len(group) + 1:]}={value}")
+    return out
 
 
 def format_ms(median: Optional[float], iqr: Optional[float]) -> str:
@@ -264,7 +288,15 @@ class Result:
 
     @property
     def label(self) -> str:
-        return label(self.choices, device=self.device)
+        """What tells this job apart: its choices, overridden fields, a dtype other than
+        float32."""
+        name = label(self.choices, device=self.device, overrides=self.overrides)
+        return f"{name}·{self.dtype}" if self.dtype and self.dtype != DEFAULT_DTYPE else name
+
+    @property
+    def flags(self) -> list[str]:
+        """What the machine was like while it was timed (busy, high_spread, ...)."""
+        return list(self.environment.flags) if self.environment else []
 
     @property
     def timed(self) -> bool:
@@ -403,6 +435,20 @@ def without_rates(phases: dict[str, PhaseStats]) -> dict[str, PhaseStats]:
     return {k: p.without_rates() for k, p in phases.items()}
 
 
+def status_text(status: str, flags: Sequence[str]) -> str:
+    """A status with the machine's flags beside it, `ok (busy, high_spread)`: wherever a
+    status is shown, a timing taken on a busy machine must not read as a plain ok."""
+    return f"{status} ({', '.join(flags)})" if flags else status
+
+
+def quartiles(phase: PhaseStats) -> tuple[Optional[float], Optional[float]]:
+    """The 25th and 75th percentiles of a phase's iterations (None when not timed)."""
+    if not phase.timed or not phase.samples_ms:
+        return None, None
+    q1, q3 = stats.quartiles(phase.samples_ms)
+    return q1, q3
+
+
 @dataclass
 class Row:
     """One job as the summary table, CSV, compare and the charts show it."""
@@ -418,17 +464,29 @@ class Row:
     bwd_iqr_ms: Optional[float] = None
     tokens_per_s: Optional[float] = None
     run_id: str = ""
+    # The machine's flags while it was timed (rnnexp.environment), and the quartiles of the
+    # iterations that the charts' whiskers show.
+    flags: list[str] = field(default_factory=list)
+    fwd_q1_ms: Optional[float] = None
+    fwd_q3_ms: Optional[float] = None
+    bwd_q1_ms: Optional[float] = None
+    bwd_q3_ms: Optional[float] = None
 
-    COLUMNS = ("job", "label", "status", "fwd_median_ms", "fwd_iqr_ms", "bwd_median_ms",
-               "bwd_iqr_ms", "tokens_per_s", "reason")
+    COLUMNS = ("job", "label", "status", "flags", "fwd_median_ms", "fwd_q1_ms", "fwd_q3_ms",
+               "fwd_iqr_ms", "bwd_median_ms", "bwd_q1_ms", "bwd_q3_ms", "bwd_iqr_ms",
+               "tokens_per_s", "reason")
 
     @classmethod
     def of(cls, job: str, r: Result) -> Row:
         fwd, bwd = r.phase("forward"), r.phase("backward")
+        (fq1, fq3), (bq1, bq3) = quartiles(fwd), quartiles(bwd)
         return cls(job=job, label=r.label, choices=dict(r.choices), status=r.status,
                    reason=r.reason, fwd_median_ms=fwd.median_ms, fwd_iqr_ms=fwd.iqr_ms,
                    bwd_median_ms=bwd.median_ms, bwd_iqr_ms=bwd.iqr_ms,
-                   tokens_per_s=r.rate_phase.tokens_per_s if r.status == OK else None)
+                   tokens_per_s=r.rate_phase.tokens_per_s if r.status == OK else None,
+                   flags=r.flags, fwd_q1_ms=fq1, fwd_q3_ms=fq3, bwd_q1_ms=bq1, bwd_q3_ms=bq3)
 
     def columns(self) -> dict[str, Any]:
-        return {c: getattr(self, c) for c in self.COLUMNS}
+        values = {c: getattr(self, c) for c in self.COLUMNS}
+        values["flags"] = ",".join(self.flags)
+        return values

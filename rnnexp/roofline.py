@@ -150,7 +150,7 @@ def measure(device: torch.device, dtype: torch.dtype, threads: int) -> Peaks:
         src = torch.ones(size // torch.empty((), dtype=dtype).element_size(), device=device,
                          dtype=dtype)
         gbps, copy_threads = max((_copy(src, torch.empty_like(src), t), t) for t in counts)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    load = current_load()
     return Peaks(gflops=gflops, gbps=gbps, gemm_n=gemm_n, copy_bytes=size,
                  measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                  load_1min=load, gemm_threads=gemm_threads, copy_threads=copy_threads)
@@ -184,15 +184,17 @@ def peaks(device: torch.device, device_name: str, dtype: str, threads: int,
     own. An unwritable cache only costs a measurement per call."""
     key = Key.of(device, device_name, dtype, threads)
     path = cache_path(key)
-    if not remeasure and (cached := _load(path, key)):
+    cached = None
+    if not remeasure and (cached := _load(path, key)) and not _retake(device, cached):
         return cached
     what = f"{device_name} ({device.type}, {dtype}{_threads(key)})"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock"):
-            if not remeasure and (cached := _load(path, key)):
+            if not remeasure and (cached := _load(path, key)) and not _retake(device, cached):
                 return cached  # another process measured while this one waited
-            print(f"roofline: measuring GEMM and copy peaks of {what} once; cached in {path}",
+            why = "again: the cached ones were taken on a busy machine" if cached else "once"
+            print(f"roofline: measuring GEMM and copy peaks of {what} {why}; cached in {path}",
                   file=sys.stderr, flush=True)
             found = measure(device, getattr(torch, dtype), threads)
             _save(path, key, found)
@@ -204,12 +206,29 @@ def peaks(device: torch.device, device_name: str, dtype: str, threads: int,
         return measure(device, getattr(torch, dtype), threads)
 
 
+def current_load() -> Optional[float]:
+    """The 1-minute load average (None where the OS keeps none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def busy(device: torch.device, load: Optional[float]) -> bool:
+    """A CPU with more runnable work than cores: its peaks measured now would be low, and
+    every % of peak placed against them high."""
+    return device.type == "cpu" and load is not None and load > (os.cpu_count() or 1)
+
+
+def _retake(device: torch.device, cached: Peaks) -> bool:
+    """Cached peaks taken on a busy machine are measured again once it is quiet, so % of
+    peak does not depend on which process happened to measure first."""
+    return busy(device, cached.load_1min) and not busy(device, current_load())
+
+
 def _warn_if_busy(device: torch.device, found: Peaks) -> None:
     cpus = os.cpu_count() or 1
-    if device.type == "cpu" and found.load_1min is not None and found.load_1min > cpus:
+    if busy(device, found.load_1min):
         print(f"roofline: the machine was busy (load {found.load_1min:.1f} on {cpus} CPUs), so "
-              "these peaks are low and every % of peak high — measure again when it is quiet: "
-              "python -m rnnexp.roofline --remeasure", file=sys.stderr, flush=True)
+              "these peaks are low and every % of peak high — the first run on a quiet machine "
+              "measures them again", file=sys.stderr, flush=True)
 
 
 def attainable(intensity: float, peak_gflops: float, peak_gbps: float) -> float:

@@ -93,7 +93,7 @@ def _nothing(speedup: float, method: str, why: str) -> Difference:
 
 
 def _log_matrix(rounds: Sequence[Sequence[Optional[float]]], width: int) -> np.ndarray:
-    """[process][round] log medians, NaN where missing, padded to `width` rounds."""
+    """`[process][round]` log medians, NaN where missing, padded to `width` rounds."""
     out = np.full((len(rounds), width), np.nan)
     for p, row in enumerate(rounds):
         for r, v in enumerate(row[:width]):
@@ -106,7 +106,7 @@ def paired(baseline: Sequence[Sequence[Optional[float]]],
            candidate: Sequence[Sequence[Optional[float]]],
            resamples: int = RESAMPLES, seed: int = SEED) -> Difference:
     """Two configurations of one interleaved window, from their round medians
-    ([process][round], PhaseStats.rounds_ms): paired by round, processes resampled too."""
+    (`[process][round]`, PhaseStats.rounds_ms): paired by round, processes resampled too."""
     width = max([len(r) for r in (*baseline, *candidate)] or [0])
     a, b = _log_matrix(baseline, width), _log_matrix(candidate, width)
     both = ~np.all(np.isnan(a), axis=0) & ~np.all(np.isnan(b), axis=0)

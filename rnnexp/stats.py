@@ -36,6 +36,12 @@ def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
     }
 
 
+def quartiles(samples_ms: Sequence[float]) -> tuple[float, float]:
+    """The 25th and 75th percentiles, as `summarize` takes them for the IQR."""
+    q1, q3 = np.percentile(np.asarray(samples_ms, dtype=np.float64), [25, 75])
+    return float(q1), float(q3)
+
+
 def median(samples_ms: Sequence[float]) -> float:
     return float(np.median(np.asarray(samples_ms, dtype=np.float64)))
 
@@ -62,7 +68,7 @@ def median_ci(samples_ms: Sequence[float], confidence: float = CONFIDENCE
 
 def round_medians(per_process: Sequence[Sequence[float]],
                   rounds: Sequence[Sequence[int]]) -> list[list[Optional[float]]]:
-    """[process][round]: the median of each process's samples taken in each interleaved
+    """`[process][round]`: the median of each process's samples taken in each interleaved
     round (None where it took none), rounds 0 .. the last any process took a sample in."""
     last = max((max(r) for r in rounds if len(r)), default=-1)
     out: list[list[Optional[float]]] = []

@@ -8,10 +8,11 @@ import textwrap
 from pathlib import Path
 from typing import Optional, Sequence
 
-from rnnexp.results import OK, Result, Row
+from rnnexp.results import OK, Result, Row, status_text
 
 SUMMARY_DIR = "summary"
 CHART = "fwd_bwd.png"
+MARKDOWN_HIDDEN = ("flags", "fwd_q1_ms", "fwd_q3_ms", "bwd_q1_ms", "bwd_q3_ms")
 
 
 def rows_of(jobs: Sequence[tuple[Path, Result]], sweep_dir: Path) -> list[Row]:
@@ -33,8 +34,13 @@ def write_files(rows: Sequence[Row], folder: Path) -> list[Path]:
         writer = csv.DictWriter(f, fieldnames=Row.COLUMNS)
         writer.writeheader()
         writer.writerows(table)
-    lines = ["| " + " | ".join(Row.COLUMNS) + " |", "|" + "---|" * len(Row.COLUMNS)]
-    lines += ["| " + " | ".join(_cell(r[c]) for c in Row.COLUMNS) + " |" for r in table]
+    # The markdown table is for people: the status carries its flags, quartiles stay in the
+    # JSON and CSV.
+    shown = [c for c in Row.COLUMNS if c not in MARKDOWN_HIDDEN]
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(_cell(status_text(row.status, row.flags) if c == "status"
+                                      else r[c]) for c in shown) + " |"
+              for row, r in zip(rows, table, strict=True)]
     paths[2].write_text("\n".join(lines) + "\n")
     return paths
 
@@ -59,11 +65,29 @@ def write(sweep_dir: Path, jobs: Sequence[tuple[Path, Result]]) -> list[Path]:
     return paths
 
 
+DECADE = 10.0  # values spanning more than this ratio get a log axis
+WHISKERS = "whiskers: 25th–75th percentile of iterations"
+
+
+def split_common(labels: Sequence[str], sep: str = "·") -> tuple[list[str], str]:
+    """Labels without the parts every label shares, and those parts: a sweep's rows are told
+    apart by what varies, and 110 rows of lstm·auto·default·cpu tell nothing."""
+    parts = [lb.split(sep) for lb in labels]
+    if len(parts) < 2 or len({len(p) for p in parts}) != 1:
+        return list(labels), ""
+    same = [all(p[i] == parts[0][i] for p in parts) for i in range(len(parts[0]))]
+    if all(same):
+        return list(labels), ""
+    short = [sep.join(x for x, s in zip(p, same, strict=True) if not s) for p in parts]
+    return short, sep.join(x for x, s in zip(parts[0], same, strict=True) if s)
+
+
 def bar_chart(labels: Sequence[str], fwd: Sequence[Optional[float]],
               bwd: Sequence[Optional[float]], path: Path, title: str,
-              fwd_err: Sequence[Optional[float]] = (), bwd_err: Sequence[Optional[float]] = ()
-              ) -> Path:
-    """Grouped bars of fwd/bwd medians (ms) with IQR/2 whiskers; missing values are gaps."""
+              fwd_range: Sequence[tuple] = (), bwd_range: Sequence[tuple] = ()) -> Path:
+    """Horizontal bars of fwd/bwd medians (ms), one pair per row — any number of rows stays
+    readable, labels never overlap — with asymmetric whiskers from each (low, high) range;
+    missing values are gaps; a log axis when the values span more than a decade."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -73,16 +97,39 @@ def bar_chart(labels: Sequence[str], fwd: Sequence[Optional[float]],
     def arr(values):
         return np.array([np.nan if v is None else v for v in values], dtype=float)
 
-    x = np.arange(len(labels))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5))
-    for offset, values, err, name in ((-0.2, fwd, fwd_err, "forward"),
-                                      (0.2, bwd, bwd_err, "backward")):
-        errors = arr(err) / 2 if len(err) else None
-        ax.bar(x + offset, arr(values), width=0.4, label=name, yerr=errors, capsize=3)
-    ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("median time per iteration (ms)")
-    ax.set_title(textwrap.fill(title, 70), fontsize=9)  # sweep names can be long
-    ax.legend()
+    def whiskers(medians, ranges):
+        if not len(ranges):
+            return None
+        low = arr([r[0] for r in ranges])
+        high = arr([r[1] for r in ranges])
+        return np.nan_to_num(np.vstack([medians - low, high - medians]).clip(min=0))
+
+    names, common = split_common(labels)
+    y = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(9.0, max(3.0, 0.32 * len(names) + 1.6)))
+    values = []
+    for offset, series, ranges, name in ((-0.2, fwd, fwd_range, "forward"),
+                                         (0.2, bwd, bwd_range, "backward")):
+        med = arr(series)
+        err = whiskers(med, ranges)
+        ax.barh(y + offset, med, height=0.4, label=name, xerr=err, capsize=2)
+        values += [v for v in med if v > 0]
+        ends = med + (err[1] if err is not None else 0)  # past the whisker, not on it
+        for yi, v, end in zip(y + offset, med, ends, strict=True):
+            if v > 0:
+                ax.annotate(f"{v:.3g}", (end, yi), xytext=(4, 0), textcoords="offset points",
+                            va="center", fontsize=6)
+    if values and max(values) / min(values) > DECADE:
+        ax.set_xscale("log")
+    ax.set_yticks(y, names, fontsize=8)
+    ax.invert_yaxis()  # the first job on top, as in the table
+    ax.set_xlabel("median time per iteration (ms)" + (", log scale" if values and
+                                                       max(values) / min(values) > DECADE
+                                                       else ""))
+    ax.set_title(textwrap.fill(title + (f" — all {common}" if common else ""), 90),
+                 fontsize=9)  # sweep names can be long
+    ax.legend(fontsize=8, title=WHISKERS, title_fontsize=7, loc="best")
+    ax.grid(True, axis="x", which="both", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -96,4 +143,5 @@ def chart(rows: Sequence[Row], path: Path, title: str,
     ok = [r for r in rows if r.status == OK]
     return bar_chart(list(labels) if labels is not None else [r.label for r in ok],
                      [r.fwd_median_ms for r in ok], [r.bwd_median_ms for r in ok], path, title,
-                     [r.fwd_iqr_ms for r in ok], [r.bwd_iqr_ms for r in ok])
+                     [(r.fwd_q1_ms, r.fwd_q3_ms) for r in ok],
+                     [(r.bwd_q1_ms, r.bwd_q3_ms) for r in ok])

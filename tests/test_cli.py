@@ -1,8 +1,10 @@
 """End to end: `python -m rnnexp` as a user runs it."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import TINY, load_results
 
@@ -29,6 +31,7 @@ def test_small_run_prints_table_and_writes_results(run_cli, tmp_path):
     assert data["platform"]["torch_version"]
     assert data["config"]["shape"]["hidden_size"] == 32
     assert data["overrides"] == TINY
+    assert not (tmp_path / "run" / "rnnexp.log").exists()  # Hydra's log file stayed empty
 
 
 def test_bad_value_is_one_line_and_nothing_runs(run_cli, tmp_path):
@@ -95,3 +98,44 @@ exit_now(3)
     message = subprocess.run([sys.executable, "-c", "from rnnexp.cli import exit_now; "
                               "exit_now('no such thing')"], capture_output=True, text=True)
     assert message.returncode == 1 and "no such thing" in message.stderr
+
+
+def test_a_mistyped_option_gets_did_you_mean(run_cli):
+    proc = run_cli("model=lstmm")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("error: model=lstmm: no such option — did you mean lstm? "
+                                   "(all 21: rnnexp --help)")
+
+
+def rnnexp_script() -> str:
+    """The console script pip installed beside this interpreter."""
+    script = Path(sys.executable).parent / "rnnexp"
+    assert script.is_file(), "pip install -e . installs the rnnexp command"
+    return str(script)
+
+
+def test_help_is_the_projects_page(tmp_path):
+    proc = subprocess.run([rnnexp_script(), "--help"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    page = proc.stdout
+    assert page.startswith("rnnexp — how fast recurrent networks run in PyTorch")
+    assert "Examples:" in page and page.count("\n  rnnexp ") >= 5
+    for group in ("model", "backend", "shape", "device", "bench", "+experiment"):
+        assert f"\n  {group} " in page
+    assert "jit_premul_bias" in page  # the options of each group
+    # Nothing internal: no schema nodes, no DeepBench fields, not Hydra's own page.
+    assert "schema/" not in page and "deepbench.hidden" not in page
+    assert "powered by Hydra" not in page
+
+
+def test_shell_completion_works_through_the_rnnexp_command(tmp_path):
+    script = rnnexp_script()
+    install = subprocess.run([script, "-sc", "install=bash"], capture_output=True, text=True,
+                             timeout=120)
+    assert install.stdout.rstrip().endswith("-F hydra_bash_completion rnnexp")
+    line = "rnnexp model=jit_p"
+    query = subprocess.run([script, "-sc", "query=bash"], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path,
+                           env={**os.environ, "COMP_LINE": line, "COMP_POINT": str(len(line))})
+    assert query.stdout.split() == ["model=jit_premul", "model=jit_premul_bias"]

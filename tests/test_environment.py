@@ -54,7 +54,7 @@ def test_a_run_beside_a_cpu_hog_warns_in_one_line_and_records_why(run_cli, tmp_p
     (run,) = client.search_runs([client.get_experiment_by_name("rnnexp").experiment_id])
     assert BUSY in run.data.tags["env.flags"].split(",")
     assert run.data.tags["env.warning"] == line.removeprefix("warning: ")
-    assert run.data.metrics["env_other_cores_before"] >= environment.BUSY_CORES
+    assert run.data.metrics["env/other_cores_before"] >= environment.BUSY_CORES
     assert run.data.params["env.cores"] == str(env["cores"])
 
 

@@ -113,8 +113,8 @@ def test_sweep_mixing_good_unsupported_too_large_crashing_and_wrong_jobs(tmp_pat
     assert code == exit_codes.JOB_FAILED, err
     assert "Traceback" not in out + err
     crash_lines = [ln for ln in err.splitlines() if ln.startswith("crashed:")]
-    assert crash_lines == ["crashed: lstm·aten·small: ValueError: planted crash in the model "
-                           "factory"]
+    assert crash_lines == ["crashed: lstm(build._target_=crashing)·aten·small(hidden_size=32): "
+                           "ValueError: planted crash in the model factory"]
     results = [load_results(p.parent) for p in sorted((tmp_path / "sweep").glob(
         "*/results.json"))]
     assert len(results) == 12
@@ -152,7 +152,8 @@ def test_crash_in_an_isolated_child_reports_the_real_exception(tmp_path):
     assert code == exit_codes.JOB_FAILED
     assert "Traceback" not in err
     assert [ln for ln in err.splitlines() if ln.strip()] == [
-        "crashed: jit·jit·small: ValueError: planted crash in the model factory"]
+        "crashed: jit(build._target_=crashing)·jit·small: ValueError: planted crash in the "
+        "model factory"]
     data = load_results(tmp_path / "run")
     assert (data["status"], data["reason"]) == (CRASHED, "ValueError: planted crash in the "
                                                          "model factory")

@@ -29,11 +29,13 @@ def test_matrix_command_lists_every_model_backend_and_reason():
     for name in group_options("model") + group_options("backend"):
         assert name in out
     assert "✓" in out
+    assert len([ln for ln in out.splitlines() if ln.startswith("✗")]) <= 10  # grouped
     for reason in ("backend=cudnn needs a CUDA build of PyTorch; this build is CPU-only — use "
                    "backend=aten",
                    "backend=miopen needs a ROCm build of PyTorch; this build is CPU-only — use "
                    "backend=aten",
-                   "model=py is eager Python that is never scripted — use model=jit"):
+                   "model=py, vl_py is eager Python that is never scripted — e.g. for py: "
+                   "use model=jit"):
         assert reason in out
 
 
@@ -71,3 +73,22 @@ def test_matrix_shows_the_gpu_refusals_on_simulated_cuda_and_rocm():
 
 def cells_ok(cells, *keys):
     return all(cells[k] == "" for k in keys)
+
+
+def test_refusals_shared_by_several_models_are_one_footnote():
+    from rich.console import Console
+
+    models = ["lstm", "gru", "py", "vl_py"]
+    cells = matrix.support(models, ["jit", "cudnn"], device="cpu")
+    console = Console(record=True, width=400)
+    original, matrix.console = matrix.console, console
+    try:
+        matrix.render(models, ["jit", "cudnn"], cells, "test")
+    finally:
+        matrix.console = original
+    notes = [ln for ln in console.export_text().splitlines() if ln.startswith("✗")]
+    # cudnn: one reason for all; jit: nn modules (lstm, gru) and eager Python (py, vl_py).
+    assert len(notes) == 3, notes
+    assert any("model=lstm, gru is an nn module" in n and "e.g. for lstm:" in n for n in notes)
+    assert any("model=py, vl_py is eager Python" in n for n in notes)
+    assert sum("needs a CUDA build" in n for n in notes) == 1

@@ -3,7 +3,7 @@
 from rich.console import Console
 
 from rnnexp.report import results_table
-from rnnexp.results import INVALID, OK, Result, phase_stats
+from rnnexp.results import INVALID, OK, UNSUPPORTED, Result, phase_stats
 from rnnexp.timing import Samples
 from rnnexp.verify import Verification
 from rnnexp.workload import Work
@@ -44,3 +44,92 @@ def test_undefined_statistics_are_null_not_nan():
     phases = phase_stats(Samples(forward_ms=[1.0, 2.0, 3.0]), WORK)
     assert phases["forward"].median_ci_low_ms is None  # 3 samples: no 95% interval
     assert "NaN" not in json.dumps({k: p.to_json() for k, p in phases.items()})
+
+
+def result_with(choices: dict, overrides: list, status: str = OK, reason: str = "",
+                flags: tuple = ()) -> Result:
+    from rnnexp.environment import Environment
+
+    samples = Samples(forward_ms=[1.0, 1.2, 4.0, 1.1], backward_ms=[2.0, 2.5, 2.1, 9.0])
+    env = Environment()
+    env.flags = list(flags)
+    return Result(choices=choices, overrides=overrides, config={}, status=status,
+                  reason=reason, device="cpu", dtype="float32", environment=env,
+                  verification=Verification("passed", 1e-6),
+                  phases=phase_stats(samples, WORK) if status == OK else {})
+
+
+LSTM = {"model": "lstm", "backend": "aten", "shape": "default", "device": "cpu"}
+
+
+def test_overridden_shape_fields_tell_rows_apart():
+    a = result_with(LSTM, ["shape.hidden_size=256"])
+    b = result_with(LSTM, ["shape.hidden_size=1024", "backend.fuser=te"])
+    assert a.label == "lstm·aten·default(hidden_size=256)·cpu"
+    assert b.label == "lstm·aten(fuser=te)·default(hidden_size=1024)·cpu"
+    assert result_with(LSTM, ["shape=small"]).label == "lstm·aten·default·cpu"
+
+
+def test_a_deepbench_problem_names_the_row():
+    r = result_with({**LSTM, "deepbench": "train_lstm_h512_b16_t25"}, ["deepbench.scale=0.1"])
+    assert r.label == "lstm·aten·train_lstm_h512_b16_t25(scale=0.1)·cpu"
+    from rnnexp.results import Row
+
+    assert Row.of("0", r).label == r.label  # summaries, charts and compare read Row.label
+
+
+def test_the_table_fits_a_terminal_with_reasons_as_footnotes():
+    reason = "backend=cudnn needs a CUDA build of PyTorch; this one is CPU-only — use " \
+             "backend=aten or backend=jit"
+    rows = [result_with({**LSTM, "model": "jit_premul_bias"}, ["shape.hidden_size=1024"]),
+            result_with({**LSTM, "backend": "cudnn"}, [], UNSUPPORTED, reason),
+            result_with({**LSTM, "model": "py", "backend": "cudnn"}, [], UNSUPPORTED, reason)]
+    console = Console(record=True, width=120)
+    console.print(results_table(rows))
+    text = console.export_text()
+    assert "…" not in text  # names fold, never truncate
+    assert "jit_premul_bias·aten·default(hidden_size=1024)" in text
+    assert "1.150 ± 0.412" in text and "204,082" in text  # numbers on one line
+    assert text.count(reason) == 1  # once, as footnote [1], under the table
+    assert text.count("unsupported [1]") == 2
+    assert "GFLOP/s" not in text.split("\n", 3)[2]  # rates beyond tokens/s: --wide only
+    assert all(len(line) <= 120 for line in text.splitlines())
+
+
+def test_wide_table_adds_the_rest():
+    console = Console(record=True, width=250)
+    console.print(results_table([result_with(LSTM, [])], wide=True))
+    text = console.export_text()
+    assert "GFLOP/s" in text and "float32" in text and "✓ 1.0e-06" in text
+
+
+def test_flags_stand_beside_ok_in_the_table_and_summary(tmp_path):
+    from rnnexp import summary
+
+    busy = result_with(LSTM, [], flags=("busy",))
+    console = Console(record=True, width=200)
+    console.print(results_table([busy]))
+    assert "ok (busy)" in console.export_text()
+    (tmp_path / "0").mkdir()
+    summary.write_files(summary.rows_of([(tmp_path / "0", busy)], tmp_path), tmp_path / "s")
+    assert "| ok (busy) |" in (tmp_path / "s" / "summary.md").read_text()
+
+
+def test_chart_labels_keep_what_varies_and_whiskers_are_quartiles():
+    from rnnexp import summary
+    from rnnexp.results import Row
+
+    short, common = summary.split_common(["lstm·auto·train_a·cpu", "gru·auto·train_b·cpu"])
+    assert short == ["lstm·train_a", "gru·train_b"] and common == "auto·cpu"
+    row = Row.of("0", result_with(LSTM, []))
+    assert 0 < row.fwd_q1_ms < row.fwd_median_ms < row.fwd_q3_ms  # asymmetric, never < 0
+    assert row.fwd_q3_ms - row.fwd_median_ms != row.fwd_median_ms - row.fwd_q1_ms
+
+
+def test_a_sweep_table_names_rows_by_what_varies():
+    rows = [result_with({**LSTM, "deepbench": p}, []) for p in ("train_a", "train_b")]
+    console = Console(record=True, width=120)
+    console.print(results_table(rows, title="sweep", shorten=True))
+    text = console.export_text()
+    assert "sweep — all lstm·aten·cpu" in text
+    assert "│ train_a " in text and "│ train_b " in text

@@ -40,6 +40,9 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setattr(roofline, "MIN_RUN_TIME_S", 0.05)
     monkeypatch.setattr(roofline, "CALIBRATE_S", 0.01)
     monkeypatch.setattr(roofline, "COPY_BYTES", {"cpu": 8 * 2**20})
+    # The machine's load decides whether cached peaks are taken again: a quiet one here,
+    # whatever else this shared machine runs (the busy case sets its own).
+    monkeypatch.setattr(roofline, "current_load", lambda: 0.0)
     calls = []
     real = roofline.measure
 
@@ -98,6 +101,25 @@ def test_another_dtype_or_thread_count_measures_again(cache):
     for dtype, threads in (("float32", 1), ("bfloat16", 1), ("float32", 2)):
         roofline.peaks(CPU, "test cpu", dtype, threads)
     assert len(calls) == 3
+
+
+def test_peaks_taken_busy_are_measured_again_once_the_machine_is_quiet(cache, monkeypatch,
+                                                                        capsys):
+    folder, calls = cache
+    cpus = os.cpu_count() or 1
+    monkeypatch.setattr(roofline, "current_load", lambda: 2.0 * cpus)  # busy
+    roofline.peaks(CPU, "test cpu", "float32", 1)
+    assert "busy" in capsys.readouterr().err
+    roofline.peaks(CPU, "test cpu", "float32", 1)
+    assert len(calls) == 1  # still busy: measuring again would not be better
+    monkeypatch.setattr(roofline, "current_load", lambda: 0.1)  # quiet
+    roofline.peaks(CPU, "test cpu", "float32", 1)
+    assert len(calls) == 2
+    assert "again: the cached ones were taken on a busy machine" in capsys.readouterr().err
+    roofline.peaks(CPU, "test cpu", "float32", 1)
+    assert len(calls) == 2  # taken quiet: kept
+    saved = json.loads(next(folder.glob("*.json")).read_text())
+    assert saved["peaks"]["load_1min"] == 0.1
 
 
 def test_the_key_holds_device_and_library_versions():
@@ -230,14 +252,14 @@ def test_table_shows_percent_of_peak_for_valid_results_only():
 
 def test_mlflow_metrics_carry_the_roofline():
     r = result_of(FWD_BWD)
-    assert not any(k.startswith("roofline_") for k in runs.metrics_of(r))
+    assert not any(k.startswith("roofline/") for k in runs.metrics_of(r))
     r.roofline = roofline.place(r, PEAKS)
     m = runs.metrics_of(r)
-    assert m["roofline_pct_peak_flops"] == pytest.approx(25)
-    assert m["roofline_pct_peak_bandwidth"] == pytest.approx(50)
-    assert m["roofline_intensity"] == pytest.approx(1000)
-    assert (m["roofline_peak_gflops"], m["roofline_peak_gbps"]) == (4000.0, 2.0)
-    assert m["roofline_gflops"] == m["total_gflops"]
+    assert m["roofline/pct_peak_flops"] == m["pct_peak_flops"] == pytest.approx(25)
+    assert m["roofline/pct_peak_bandwidth"] == m["pct_peak_bandwidth"] == pytest.approx(50)
+    assert m["roofline/intensity"] == pytest.approx(1000)
+    assert (m["roofline/peak_gflops"], m["roofline/peak_gbps"]) == (4000.0, 2.0)
+    assert m["roofline/gflops"] == m["total/gflops"]
 
 
 def test_the_switch_is_a_typed_bool():
@@ -315,7 +337,7 @@ def test_sweep_runs_carry_the_roofline_in_mlflow(roofline_sweep):
         roof = load_results(folder)["roofline"]
         for key in ("pct_peak_flops", "pct_peak_bandwidth", "intensity", "peak_gflops",
                     "peak_gbps", "pct_attainable"):
-            assert run.data.metrics[f"roofline_{key}"] == pytest.approx(roof[key]), key
+            assert run.data.metrics[f"roofline/{key}"] == pytest.approx(roof[key]), key
 
 
 @pytest.mark.slow
@@ -374,3 +396,37 @@ def test_compare_roofline_without_roofline_metrics_is_one_line(roofline_sweep, t
     assert err.strip() == ("error: --roofline: no timed job of this sweep carries roofline "
                            "metrics — record it with bench.roofline=true (the default)")
     assert not (tmp_path / "summary" / "roofline.png").exists()
+
+
+def test_a_long_run_says_how_long_before_it_starts(cache, capsys):
+    """fastrnns' default shape: 110 iterations of ~81 GFLOP (forward+backward) at the GEMM
+    peak; the small shape is below the line worth saying."""
+    from rnnexp import cli, estimate, job
+
+    _, calls = cache
+    default = job.plan(check([], multirun=False)[0], {"model": "lstm", "backend": "auto"})
+    found = estimate.of_plan(default)  # measures the peaks (the run needs them anyway)
+    capsys.readouterr()
+    assert found.iterations == 110 and found.gflop == pytest.approx(80.7, rel=0.01)
+    assert found.seconds >= 110 * found.gflop / found.peak_gflops * 0.999
+    cli.say_how_long(default)
+    line = capsys.readouterr().err
+    if found.seconds >= estimate.WORTH_SAYING_S:
+        assert line.startswith(f"estimate: at least ~{found.seconds:.0f} s — 110 iterations")
+    small = job.plan(check(["shape=small"], multirun=False)[0], {"model": "lstm"})
+    assert estimate.of_plan(small).seconds < estimate.WORTH_SAYING_S
+    cli.say_how_long(small)
+    assert capsys.readouterr().err == ""
+    assert len(calls) == 1  # the peaks the run records anyway, measured once
+
+
+def test_roofline_points_are_named_by_the_config_fields_that_vary():
+    """A shape sweep: the points differ in shape.hidden_size, a field, not a group choice."""
+    found = []
+    for hidden in (32, 256):
+        r = result_of(FWD_BWD)
+        r.config = {"shape": {"hidden_size": hidden}}
+        r.roofline = roofline.place(r, PEAKS)
+        found.append(sweeps.Run.of(str(hidden), r))
+    pts, _ = roofline_chart.points(found, ["model", "shape.hidden_size"])
+    assert [p.label for p in pts] == ["jit·32", "jit·256"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -84,31 +85,43 @@ def test_sweep_is_one_parent_with_a_child_per_job(recorded_sweep):
     assert {"summary/summary.json", "summary/summary.csv", "summary/summary.md",
             "summary/fwd_bwd.png"} <= artifacts(client, parent.info.run_id)
     assert parent.data.tags["jobs"] == "4" and parent.data.tags["jobs_ok"] == "2"
+    # The parent: named by what it sweeps, its overrides as params, its counts as metrics.
+    assert parent.info.run_name.startswith("model=lstm,py backend=aten,cudnn · ")
+    assert parent.data.params["model"] == "lstm,py" and parent.data.params["shape"] == "small"
+    assert parent.data.metrics == {"jobs": 4, "jobs_ok": 2, "jobs_declined": 2,
+                                   "jobs_failed": 0}
 
     by_name = {c.info.run_name: c for c in children}
     assert set(by_name) == {"lstm·aten·small·cpu", "py·aten·small·cpu",
-                            "lstm·cudnn·small·auto", "py·cudnn·small·auto"}
+                            "lstm·cudnn·small·auto (declined)", "py·cudnn·small·auto (declined)"}
     ok = by_name["lstm·aten·small·cpu"]
     assert ok.info.status == "FINISHED"
     p, m, t = ok.data.params, ok.data.metrics, ok.data.tags
     assert (p["model"], p["backend"], p["shape"], p["bench"]) == ("lstm", "aten", "small", "quick")
     assert p["shape.hidden_size"] == "32" and p["bench.iters"] == "3" and p["dtype"] == "float32"
+    # Params a person filters on: no wiring, no zero DeepBench fields of a non-DeepBench run.
+    assert not [k for k in p if k.endswith("_target_") or k.startswith(("deepbench.", "sinks."))]
+    # The key metrics unsectioned (MLflow's chart view opens on them), the rest in sections.
+    key = {k for k in m if "/" not in k}
+    assert key == {"fwd_median_ms", "bwd_median_ms", "total_median_ms", "tokens_per_s",
+                   "gflops", "gbps", "pct_peak_flops", "pct_peak_bandwidth"}
     for prefix in ("fwd", "bwd", "total"):
         for stat in ("median_ms", "iqr_ms", "mean_ms", "std_ms", "min_ms", "max_ms", "p10_ms",
                      "p90_ms", "cv", "n", "tokens_per_s", "gflops", "gbps"):
-            assert f"{prefix}_{stat}" in m, f"{prefix}_{stat}"
-    assert m["fwd_n"] == 3 and m["verify_max_abs_error"] < 1e-3
-    fwd = client.get_metric_history(ok.info.run_id, "fwd_ms")
+            assert f"{prefix}/{stat}" in m, f"{prefix}/{stat}"
+    assert m["fwd/n"] == 3 and m["verify/max_abs_error"] < 1e-3
+    assert m["tokens_per_s"] == m["total/tokens_per_s"]
+    fwd = client.get_metric_history(ok.info.run_id, "samples/fwd_ms")
     assert sorted(x.step for x in fwd) == [0, 1, 2]
-    assert len(client.get_metric_history(ok.info.run_id, "bwd_ms")) == 3
+    assert len(client.get_metric_history(ok.info.run_id, "samples/bwd_ms")) == 3
     assert t["status"] == "ok" and t["verification"] == "passed" and t["torch"]
     assert t["device"] == "cpu" and t["cpu_name"] and t["host"] and t["backend_resolved"] == "aten"
     assert "model=lstm" in t["overrides"] and "git_commit" in t
     assert {".hydra/config.yaml", ".hydra/overrides.yaml", "results.json",
             "config/resolved.yaml"} <= artifacts(client, ok.info.run_id)
 
-    declined = by_name["py·cudnn·small·auto"]
-    assert declined.info.status == "FAILED"
+    declined = by_name["py·cudnn·small·auto (declined)"]
+    assert declined.info.status == "FINISHED"  # not a red FAILED run, as a crash is
     assert declined.data.tags["status"] == "unsupported"
     assert "needs a CUDA build" in declined.data.tags["reason"]
 
@@ -182,7 +195,7 @@ def test_parallel_sweep_on_a_fresh_store_loses_nothing(run_cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     client, parents, children = runs_of(sqlite(tmp_path / "mlflow.db"))
     assert len(parents) == 1 and len(children) == 4
-    assert sorted(c.info.status for c in children) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
+    assert [c.info.status for c in children] == ["FINISHED"] * 4  # 2 ok, 2 declined
     assert all(c.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for c in children)
     assert all(c.data.tags.get("rnnexp.result_id") for c in children)
     assert parents[0].info.status == "FINISHED"
@@ -206,7 +219,7 @@ def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp
     assert rc == 0 and "0 uploaded, 1 already recorded" in out
     _, parents, children = runs_of(uri)
     assert not parents and len(children) == 1 and children[0].info.status == "FINISHED"
-    assert children[0].data.metrics["fwd_n"] == 3
+    assert children[0].data.metrics["fwd/n"] == 3
 
 
 def test_offline_sweep_syncs_as_parent_and_children(run_cli, tmp_path, capsys):
@@ -291,3 +304,33 @@ def test_a_crashed_job_ends_its_sweep_parent_instead_of_leaving_it_running(tmp_p
     sink.on_abort(sweep, crashed)
     run = client.get_run(run_id)
     assert run.info.status == "FAILED" and run.data.tags["reason"] == "RuntimeError: boom"
+
+
+@pytest.mark.skipif(shutil.which("srun") is not None, reason="a SLURM cluster would run it")
+def test_a_failed_launch_ends_its_parent_run(tmp_path):
+    """Submitit finds no SLURM here: the launch fails after the parent run was opened."""
+    uri = sqlite(tmp_path / "mlflow.db")
+    proc = rnnexp("-m", "model=lstm,py", *TINY, "hydra/launcher=rnnexp_slurm",
+                  f"sinks.mlflow.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert proc.returncode != 0
+    _, parents, children = runs_of(uri)
+    assert len(parents) == 1 and not children
+    assert parents[0].info.status == "FAILED"
+    assert "srun" in parents[0].data.tags["reason"]
+
+
+def test_a_sweep_is_named_by_what_it_sweeps_before_its_date():
+    from rnnexp.sinks import sweep_name
+
+    assert sweep_name(["model=lstm,py", "shape=small"], "2026-11-24 10:00:00") == \
+        "model=lstm,py · 2026-11-24 10:00:00"
+    many = "+deepbench=" + ",".join(f"p{i}" for i in range(12))
+    assert sweep_name([many, "bench=quick"], "D") == "+deepbench=p0,p1,p2,… (12) · D"
+    assert sweep_name(["+experiment=deepbench", "sinks.mlflow.uri=x"], "D") == \
+        "+experiment=deepbench · D"
+
+
+def test_the_experiment_opens_on_its_runs_in_the_mlflow_ui(tmp_path):
+    client, exp_id = store.connect(sqlite(tmp_path / "mlflow.db"), "rnnexp")
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == \
+        "custom_model_development"

@@ -58,9 +58,27 @@ class Sweep:
     @classmethod
     def start(cls, folder: Path, overrides: Sequence[str]) -> Sweep:
         sweep = cls(dir=str(Path(folder).resolve()), overrides=list(overrides))
-        swept = [o for o in overrides if "," in o or "(" in o] or list(overrides)
-        sweep.name = " ".join([f"sweep {sweep.started}", *swept])
+        sweep.name = sweep_name(overrides, sweep.started)
         return sweep
+
+
+def sweep_name(overrides: Sequence[str], started: str) -> str:
+    """What a sweep varies, then when it started: `model=lstm,py backend=aten · 2026-11-24
+    10:31:05`. Lists that cut the name short (MLflow's runs table shows ~20 characters)
+    must start with what tells sweeps apart, not with a date they all share."""
+    swept = [o for o in overrides if "," in o or "(" in o] or \
+        [o for o in overrides if not o.startswith("sinks.")]
+    swept = [_short(o) for o in swept]
+    return " ".join([*swept, "·", started]) if swept else f"sweep · {started}"
+
+
+def _short(override: str, keep: int = 3) -> str:
+    """A long list cut to its first options and how many: the full list is a param."""
+    key, sep, value = override.partition("=")
+    items = value.split(",")
+    if not sep or len(items) <= keep + 1 or "(" in value:
+        return override
+    return f"{key}={','.join(items[:keep])},… ({len(items)})"
 
 
 Jobs = Sequence[tuple[Path, Result]]

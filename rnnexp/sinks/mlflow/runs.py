@@ -28,7 +28,10 @@ MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 PHASE_PREFIX = {"forward": "fwd", "backward": "bwd", "total": "total"}
 # Statuses other than these are a crash ("crashed").
-RUN_STATUS = {OK: "FINISHED", INVALID: "FAILED", RECOMPILED: "FAILED", UNSUPPORTED: "FAILED",
+# A declined combination (unsupported here, said before any timing) ran as designed: it ends
+# FINISHED with status=unsupported and "(declined)" in its name, so a red FAILED run is a
+# crash or a result that is wrong.
+RUN_STATUS = {OK: "FINISHED", INVALID: "FAILED", RECOMPILED: "FAILED", UNSUPPORTED: "FINISHED",
               INTERRUPTED: "KILLED"}
 # Tags of our own (MLflow's are mlflow.*).
 TAG_RESULT_ID = "rnnexp.result_id"
@@ -39,6 +42,10 @@ TAG_GROUPS = "rnnexp.groups"  # the config groups, comma-separated: the comparab
 
 def run_status(result: Result) -> str:
     return RUN_STATUS.get(result.status, "FAILED")
+
+
+def run_name(result: Result) -> str:
+    return f"{result.label} (declined)" if result.status == UNSUPPORTED else result.label
 
 
 def result_id(results_file: Path) -> str:
@@ -57,8 +64,10 @@ def flatten(node: Any, prefix: str = "") -> dict[str, str]:
 
 
 def params_of(result: Result) -> dict[str, str]:
-    """The resolved config flattened, plus each chosen group option as its own column."""
-    params = flatten(result.config)
+    """What a person filters runs on: the resolved config flattened and each chosen group
+    option as its own column — less what only wires the code (`_target_`s, where results go)
+    and the DeepBench fields of a run that ran no DeepBench problem (all zeros)."""
+    params = {k: v for k, v in flatten(result.config).items() if filterable(k, result)}
     params.update({group: str(option) for group, option in result.choices.items()})
     env = result.environment
     if env is not None:  # what the machine offered: cores, threads, frequency policy
@@ -68,6 +77,12 @@ def params_of(result: Result) -> dict[str, str]:
                        "env.cpu_max_mhz": str(env.cpu_max_mhz),
                        **{f"env.{k}": v for k, v in env.thread_env.items()}})
     return params
+
+
+def filterable(key: str, result: Result) -> bool:
+    if key.endswith("_target_") or key.startswith("sinks.") or key == "resume":
+        return False
+    return not key.startswith("deepbench.") or bool(result.choices.get("deepbench"))
 
 
 def tags_of(result: Result) -> dict[str, str]:
@@ -123,41 +138,67 @@ def environment_metrics(result: Result) -> dict[str, float]:
     env = result.environment
     if env is None:
         return {}
-    metrics = {"env_waited_s": float(env.waited_s)}
+    metrics = {"env/waited_s": float(env.waited_s)}
     if env.drift is not None:  # the median's drift between runs (rnnexp.drift)
-        metrics.update(env_drift=float(env.drift), env_drift_runs=float(env.drift_runs))
+        metrics.update({"env/drift": float(env.drift), "env/drift_runs": float(env.drift_runs)})
     for when, seen in (("before", env.before), ("after", env.after)):
         if seen is not None:
-            metrics[f"env_other_cores_{when}"] = float(seen.other_cores)
+            metrics[f"env/other_cores_{when}"] = float(seen.other_cores)
             if seen.load_avg:
-                metrics[f"env_load1_{when}"] = float(seen.load_avg[0])
+                metrics[f"env/load1_{when}"] = float(seen.load_avg[0])
     return metrics
 
 
+# The metrics a person looks for first, named without a section: MLflow's chart view opens
+# on them (its first section holds the names without a "/") and its column picker lists them
+# apart from the sections (fwd/, bwd/, total/, roofline/, env/, samples/) holding the rest.
+KEY_RATES = ("tokens_per_s", "gflops", "gbps")
+KEY_ROOFLINE = ("pct_peak_flops", "pct_peak_bandwidth")
+
+
+def key_metrics(result: Result) -> dict[str, float]:
+    """Medians of each phase, the job's rates (forward+backward, else forward) and its % of
+    the measured peaks."""
+    out = {}
+    for phase, prefix in PHASE_PREFIX.items():
+        if result.phase(phase).timed:
+            out[f"{prefix}_median_ms"] = float(result.phase(phase).median_ms)
+    rates = result.rate_phase.metrics()
+    out.update({k: rates[k] for k in KEY_RATES if k in rates})
+    roof = result.roofline.metrics() if result.roofline else {}
+    out.update({k: roof[k] for k in KEY_ROOFLINE if k in roof})
+    return out
+
+
 def metrics_of(result: Result) -> dict[str, float]:
-    """Every statistic and rate of every phase (fwd_median_ms, bwd_gflops, ...) and the
-    roofline placement."""
-    metrics: dict[str, float] = {}
+    """The key metrics (key_metrics), then every statistic and rate of every phase
+    (fwd/iqr_ms, bwd/gflops, ...), the roofline placement (roofline/intensity, ...), the
+    verification error and the machine's state, each in its section."""
+    metrics = key_metrics(result)
     for phase, prefix in PHASE_PREFIX.items():
         for key, value in result.phase(phase).metrics().items():
-            metrics[f"{prefix}_{key}"] = value
-    if result.roofline:  # roofline_pct_peak_flops, roofline_intensity, ...
-        metrics.update({f"roofline_{k}": v for k, v in result.roofline.metrics().items()})
+            metrics[f"{prefix}/{key}"] = value
+    if result.roofline:
+        metrics.update({f"roofline/{k}": v for k, v in result.roofline.metrics().items()})
     err = result.verification.max_abs_error if result.verification else None
     if isinstance(err, (int, float)):
-        metrics["verify_max_abs_error"] = float(err)
+        metrics["verify/max_abs_error"] = float(err)
     if result.duration_s:
-        metrics["duration_s"] = float(result.duration_s)
+        metrics["run/duration_s"] = float(result.duration_s)
     metrics.update(environment_metrics(result))
     return metrics
 
 
+SAMPLE_SERIES = {"forward": "samples/fwd_ms", "backward": "samples/bwd_ms"}
+
+
 def sample_series(result: Result, timestamp: int) -> list:
-    """Per-iteration samples as step series fwd_ms / bwd_ms (step = iteration)."""
+    """Per-iteration samples as step series samples/fwd_ms, samples/bwd_ms (step =
+    iteration)."""
     from mlflow.entities import Metric
 
     series = []
-    for phase, name in (("forward", "fwd_ms"), ("backward", "bwd_ms")):
+    for phase, name in SAMPLE_SERIES.items():
         for step, value in enumerate(result.phase(phase).samples_ms):
             series.append(Metric(name, float(value), timestamp, step))
     return series
@@ -193,7 +234,7 @@ def log_result(client, exp_id: str, result: Result, output_dir: Path,
     tags = tags_of(result)
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(exp_id, start_time=start, tags=tags, run_name=result.label)
+    run = client.create_run(exp_id, start_time=start, tags=tags, run_name=run_name(result))
     run_id = run.info.run_id
     try:
         now = int(time.time() * 1000)
@@ -222,10 +263,27 @@ def log_result(client, exp_id: str, result: Result, output_dir: Path,
 
 
 def open_parent(client, exp_id: str, sweep: Sweep, git_commit: str) -> str:
+    """The sweep's run, named by what it sweeps (Sweep.name) and carrying each of its
+    overrides as a param (model = lstm,py): sweeps are found and told apart by them."""
+    from mlflow.entities import Param
+
     run = client.create_run(exp_id, run_name=sweep.name, tags={
         TAG_KIND: "sweep", TAG_SWEEP_ID: sweep.sweep_id, "overrides": " ".join(sweep.overrides),
         "sweep_dir": sweep.dir, "git_commit": git_commit, "mlflow.source.name": "rnnexp"})
+    params = sweep_params(sweep.overrides)
+    if params:
+        client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
     return run.info.run_id
+
+
+def sweep_params(overrides: Sequence[str]) -> dict[str, str]:
+    """{key: value} of a sweep's overrides, Hydra's +/~ prefixes left out of the key."""
+    out = {}
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        if sep and not key.startswith(("hydra", "sinks")):
+            out[key.lstrip("+~")] = value[:MAX_PARAM_VALUE]
+    return out
 
 
 def reopen_parent(client, run_id: str) -> bool:
@@ -252,10 +310,15 @@ def close_parent(client, run_id: str, jobs: Sequence[tuple[Path, Result]], sweep
     when a job failed (verification, a crash), else FINISHED."""
     for path in summary.write(sweep_dir, jobs):
         client.log_artifact(run_id, str(path), "summary")
-    n_ok = sum(r.status == OK for _, r in jobs)
-    client.set_tag(run_id, "jobs", str(len(jobs)))
-    client.set_tag(run_id, "jobs_ok", str(n_ok))
-    client.set_tag(run_id, "jobs_failed", str(len(jobs) - n_ok))
+    from mlflow.entities import Metric
+
+    counts = {"jobs": len(jobs), "jobs_ok": sum(r.status == OK for _, r in jobs),
+              "jobs_declined": sum(r.status == UNSUPPORTED for _, r in jobs)}
+    counts["jobs_failed"] = counts["jobs"] - counts["jobs_ok"] - counts["jobs_declined"]
+    for key, value in counts.items():
+        client.set_tag(run_id, key, str(value))
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
     failed = any(r.status in FAILED_STATUSES for _, r in jobs)
     client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 

@@ -106,6 +106,12 @@ def _open(uri: str, experiment: str, create: bool):
         return _connect(uri, experiment, create)
 
 
+# MLflow 3's UI opens an experiment of unknown kind on its GenAI overview (traces, judges);
+# this kind opens it on the runs table, where rnnexp's runs are.
+EXPERIMENT_KIND = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+
+
 def _connect(uri: str, experiment: str, create: bool):
     from mlflow.tracking import MlflowClient
 
@@ -117,11 +123,14 @@ def _connect(uri: str, experiment: str, create: bool):
                              "--experiment")
         try:
             return client, client.create_experiment(experiment,
-                                                    artifact_location=artifact_location(uri))
+                                                    artifact_location=artifact_location(uri),
+                                                    tags={EXPERIMENT_KIND: MODEL_TRAINING})
         except Exception:
             exp = client.get_experiment_by_name(experiment)
             if exp is None:
                 raise
+    if create and EXPERIMENT_KIND not in exp.tags:  # made by an earlier rnnexp
+        client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
     return client, exp.experiment_id
 
 
