@@ -233,7 +233,9 @@ def judge(runs: list[Run], bases: list[Optional[Run]], min_effect: float,
     return dict(zip(where, diffs, strict=True))
 
 
-ORDER = ("model", "backend", "shape", "device", "bench", "sinks")
+ORDER = ("model", "backend", "shape", "deepbench", "device", "bench", "sinks")
+# Fields that vary with a group of another name: a DeepBench problem sets the shape.
+LINKED = {"deepbench": ("shape",)}
 
 
 def varying(runs: list[Run]) -> list[str]:
@@ -243,7 +245,9 @@ def varying(runs: list[Run]) -> list[str]:
     vary = [k for k in keys if len({r.config.get(k) for r in runs}) > 1]
     # A group's own sub-fields vary with it: the group names the row already.
     groups = [k for k in vary if k in ORDER]
-    vary = [k for k in vary if not any(_linked(g, k) and g != k for g in groups)]
+    owners = [(g, o) for g in groups for o in (g, *LINKED.get(g, ()))]
+    vary = [k for k in vary if not any(_linked(o, k) and o != k and k != g
+                                       for g, o in owners)]
     return vary or [k for k in keys if k in ORDER][:1]
 
 

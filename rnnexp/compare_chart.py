@@ -71,10 +71,13 @@ def draw(runs: Sequence[Run], bases: Sequence[Optional[Run]],
         ax.set_xticks(x, [label(runs[i].config, keys) for i in rows], rotation=30,
                       ha="right", fontsize=8)
         ax.set_ylabel(f"{p} median per iteration (ms)")
-        ax.legend(fontsize=8, title="whiskers: 95% interval", title_fontsize=7)
         ax.margins(y=0.15)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    # Below the plots: a legend inside would cover the speedups written above the bars.
+    fig.legend(handles, names, loc="lower center", ncol=2, fontsize=8,
+               title="bars: median · whiskers: 95% interval", title_fontsize=7)
     fig.suptitle(textwrap.fill(title, 110), fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

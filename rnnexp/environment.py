@@ -501,12 +501,18 @@ def assess(env: Environment, spreads: Mapping[str, float], device: torch.device)
         env.flag(GPU_THROTTLED, f"GPU clocks throttled ({', '.join(slow)})")
 
 
+# Fewer samples than this say nothing of the machine by their quartiles (bench=quick's 3
+# samples would flag almost every job): their spread is not judged.
+SPREAD_MIN_SAMPLES = 10
+
+
 def spreads_of(phases: Mapping[str, Any], names: Sequence[str] = ("forward", "backward")
                ) -> dict[str, float]:
-    """IQR/median of each timed phase."""
+    """IQR/median of each timed phase with enough samples to have quartiles."""
     out = {}
     for name in names:
         p = phases.get(name)
-        if p is not None and p.timed and p.median_ms and p.iqr_ms is not None:
+        if p is not None and p.timed and p.median_ms and p.iqr_ms is not None \
+                and p.n >= SPREAD_MIN_SAMPLES:
             out[name] = p.iqr_ms / p.median_ms
     return out

@@ -321,3 +321,14 @@ def test_results_keep_their_raw_samples(real_sweep):
     for _, result in load_jobs(real_sweep):
         assert isinstance(result, Result)
         assert len(result.phases["forward"].samples_ms) == result.phases["forward"].n == 3
+
+
+def test_rows_are_named_by_what_varies_a_deepbench_problem_standing_for_its_shape():
+    from types import SimpleNamespace
+
+    runs = [SimpleNamespace(config={"model": "lstm", "deepbench": name, "shape": "default",
+                                    "shape.hidden_size": h, "model.family": "lstm"})
+            for name, h in (("speech-1", "512"), ("speech-2", "1024"))]
+    assert compare.varying(runs) == ["deepbench"]
+    runs[1].config["model"], runs[1].config["model.family"] = "gru", "gru"
+    assert compare.varying(runs) == ["model", "deepbench"]

@@ -98,6 +98,14 @@ def test_more_torch_threads_than_cores_is_flagged(run_cli, tmp_path):
     assert len(warning_lines(proc.stderr)) == 1
 
 
+def test_the_spread_of_a_few_samples_is_not_judged():
+    from rnnexp.results import PhaseStats
+
+    few = PhaseStats(median_ms=1.0, iqr_ms=0.5, n=3)
+    many = PhaseStats(median_ms=1.0, iqr_ms=0.5, n=environment.SPREAD_MIN_SAMPLES)
+    assert environment.spreads_of({"forward": few, "backward": many}) == {"backward": 0.5}
+
+
 def test_spread_above_torch_benchmark_threshold_is_flagged():
     env = Environment(cores=8, torch_threads=1)
     environment.assess(env, {"forward": 0.05, "backward": environment.IQR_WARN * 2},
