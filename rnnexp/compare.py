@@ -30,12 +30,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
 
+from mlflow.exceptions import MlflowException
 from rich.markup import escape
 from rich.table import Table
 
 from rnnexp import compare_chart, exit_codes, roofline_chart, significance, summary, sweeps
 from rnnexp.credentials import redact
-from rnnexp.errors import RnnexpError
+from rnnexp.errors import RnnexpError, crash_line, full_error
 from rnnexp.report import console, print_error, print_warning
 from rnnexp.results import OK, format_ms, label
 from rnnexp.schema import default_store_uri
@@ -47,9 +48,16 @@ EXIT_USER_ERROR = exit_codes.USER_ERROR
 EXIT_REGRESSION = exit_codes.REGRESSION
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Argument errors in one line (argparse prints the whole usage, then the error)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise RnnexpError(f"{message} — see python -m rnnexp.compare --help")
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m rnnexp.compare",
-                                     description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = OneLineParser(prog="python -m rnnexp.compare",
+                           description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("sweep", nargs="?", default=None,
                         help="results folder, or MLflow parent run id or name of the sweep "
                              "(default: the latest sweep in the store)")
@@ -431,9 +439,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print_error(str(err))
         return EXIT_USER_ERROR
     except Exception as err:
+        if not from_the_store(err):
+            if full_error():
+                raise
+            print_error(f"compare failed: {redact(crash_line(err))}")
+            return EXIT_USER_ERROR
         print_error(f"MLflow store {redact(str(args.tracking_uri))}: "
                     f"{redact(store.short_reason(err))}")
         return EXIT_USER_ERROR
+
+
+def from_the_store(err: BaseException) -> bool:
+    """An error of the MLflow store or the way to it (its client, HTTP, the database)."""
+    return isinstance(err, MlflowException) or type(err).__module__.split(".")[0] in (
+        "mlflow", "requests", "urllib3", "sqlalchemy", "sqlite3")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from mlflow.exceptions import MlflowException
 
 from rnnexp import significance, sinks
 from rnnexp.errors import RnnexpError
-from rnnexp.results import RESULTS_FILE, PhaseStats, Result, Roofline, Row
+from rnnexp.results import OK, RESULTS_FILE, BrokenResults, PhaseStats, Result, Roofline, Row
 from rnnexp.sinks.mlflow import runs
 
 # Phases compared: table prefix → Result phase.
@@ -83,7 +83,13 @@ def comparable(flat: dict[str, str]) -> dict[str, str]:
 def from_folder(folder: Path) -> Sweep:
     """Every results.json under `folder` (a sweep folder, or one run's folder)."""
     folder = Path(folder)
-    jobs = sinks.load_jobs(folder)
+    broken: list = []
+    jobs = sinks.load_jobs(folder, broken)
+    if broken:  # never counted as a result, never silently left out
+        raise broken[0]
+    for path, result in jobs:
+        if result.status == OK and not result.timed:
+            raise BrokenResults(path / RESULTS_FILE, "says ok but holds no timed phase")
     if not jobs:
         raise RnnexpError(f"{folder}: no results.json under this folder — name a run or "
                           "sweep folder from outputs/, or a sweep recorded in MLflow")

@@ -332,3 +332,29 @@ def test_rows_are_named_by_what_varies_a_deepbench_problem_standing_for_its_shap
     assert compare.varying(runs) == ["deepbench"]
     runs[1].config["model"], runs[1].config["model.family"] = "gru", "gru"
     assert compare.varying(runs) == ["model", "deepbench"]
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("", "is empty"),
+    ('{"status": "ok", "choices": {', "is not complete JSON"),
+    ('{"status": "ok", "choices": {}, "overrides": [], "config": {}}',
+     "says ok but holds no timed phase"),
+])
+def test_a_broken_results_file_is_named_in_one_line_and_never_counted(real_sweep, tmp_path,
+                                                                       capsys, content,
+                                                                       problem):
+    sweep = tmp_path / "s"
+    shutil.copytree(real_sweep, sweep)
+    (sweep / "1" / "results.json").write_text(content)
+    rc, out, err = run_compare(capsys, str(sweep), "--output", str(tmp_path / "c.png"))
+    assert rc == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line == f"error: {sweep / '1' / 'results.json'}: {problem}" or \
+        (line.startswith(f"error: {sweep / '1' / 'results.json'}: ") and problem in line)
+
+
+def test_a_bad_argument_is_one_line_not_the_usage(capsys):
+    rc, _, err = run_compare(capsys, "--fail-on-regression", "abc")
+    assert rc == 2
+    (line,) = err.strip().splitlines()
+    assert "--fail-on-regression: invalid float value: 'abc'" in line and "--help" in line
