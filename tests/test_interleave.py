@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -149,42 +152,41 @@ def start_sweep(tmp_path: Path, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def signal_in_the_rounds(proc: subprocess.Popen, tmp_path: Path, signum: int) -> str:
-    """Send `signum` a few seconds into the window's rounds; the sweep's stderr."""
-    import signal as signal_mod
-    import time
+def fork_server_children(parent: psutil.Process) -> int:
+    found = 0
+    for child in parent.children(recursive=True):
+        try:
+            found += "forkserver" in " ".join(child.parent().cmdline())
+        except (psutil.Error, AttributeError):
+            continue
+    return found
 
-    import psutil
 
-    deadline = time.monotonic() + 180
-    parent = psutil.Process(proc.pid)
-    def workers() -> int:  # the fork server's children
-        found = 0
-        for child in parent.children(recursive=True):
-            try:
-                found += "forkserver" in " ".join(child.parent().cmdline())
-            except (psutil.Error, AttributeError):
-                continue
-        return found
-
-    # Two workers (one per configuration) exist once the window is set up.
-    while workers() < 2:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the window never started"
-        time.sleep(0.2)
-    time.sleep(8)  # set-up done, the short job finished its rounds, the long one measuring
-    proc.send_signal(signal_mod.Signals(signum))
-    _, err = proc.communicate(timeout=120)
-    return err
+def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
+    """Send `signum` a few seconds into the window's rounds; the sweep's stderr. A failed
+    wait leaves no sweep running."""
+    try:
+        deadline = time.monotonic() + 180
+        # Two workers (one per configuration) exist once the window is set up.
+        while fork_server_children(psutil.Process(proc.pid)) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the window never started"
+            time.sleep(0.2)
+        time.sleep(8)  # set-up done, the short job finished its rounds, the long one measuring
+        proc.send_signal(signum)
+        return proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+            proc.kill()
 
 
 @pytest.mark.slow
 def test_a_scheduler_signal_ends_the_window_but_keeps_what_it_finished(tmp_path):
-    import signal as signal_mod
-
     proc = start_sweep(tmp_path, "model=lstm", "backend=aten", *TINY, "sinks=[json,mlflow]",
                        "bench.iters=3,1000000")
-    err = signal_in_the_rounds(proc, tmp_path, signal_mod.SIGUSR2)
+    err = signal_in_the_rounds(proc, signal.SIGUSR2)
     assert proc.returncode == 0, err  # the sweep goes on
     done, killed = results_of(tmp_path / "sweep")
     assert done["status"] == OK and done["phases"]["forward"]["n"] == 3
@@ -193,14 +195,12 @@ def test_a_scheduler_signal_ends_the_window_but_keeps_what_it_finished(tmp_path)
 
 @pytest.mark.slow
 def test_sigterm_in_the_rounds_records_the_finished_job_and_kills_the_other(tmp_path):
-    import signal as signal_mod
-
     from mlflow.tracking import MlflowClient
 
     proc = start_sweep(tmp_path, "model=lstm", "backend=aten", *TINY, "sinks=[json,mlflow]",
                        "bench.iters=3,1000000")
-    signal_in_the_rounds(proc, tmp_path, signal_mod.SIGTERM)
-    assert proc.returncode == 128 + signal_mod.SIGTERM
+    signal_in_the_rounds(proc, signal.SIGTERM)
+    assert proc.returncode == 128 + signal.SIGTERM
     done, killed = results_of(tmp_path / "sweep")
     assert done["status"] == OK and killed["status"] == "interrupted"
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
