@@ -39,6 +39,7 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -46,7 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -298,42 +299,30 @@ def aa(trials: int, reruns: int, overrides: Sequence[str]) -> None:
     shows a configuration's first run and the later ones what its earlier runs teach."""
     counts = {True: [0, 0, 0], False: [0, 0, 0]}  # drift known → inside, inside without, all
     widths, drifts = [], []
-    previous = os.environ.get(roofline.CACHE_ENV)
-    with tempfile.TemporaryDirectory(prefix="rnnexp-aa-") as cache:
-        os.environ[roofline.CACHE_ENV] = cache
-        try:
-            for _ in range(trials):
-                first: Result = execution.execute(planned([*overrides, "bench=adaptive"]))
-                t, env = first.phase("total"), first.environment
-                known = env.drift is not None
-                within = stats.between_processes(t.process_medians_ms)
-                if known:
-                    widths.append((t.between_high_ms - t.between_low_ms) / 2 / t.median_ms)
-                    drifts.append(f"±{100 * env.drift:.1f}% ({env.drift_runs} runs)")
-                for _ in range(reruns):
-                    again = execution.execute(planned([
-                        *overrides, "bench=adaptive", "bench.processes=1",
-                        "bench.max_processes=1", "bench.precision=null", "bench.iters=20",
-                        "bench.verify=false"]))
-                    median = again.phase("total").median_ms
-                    tally = counts[known]
-                    tally[0] += t.between_low_ms <= median <= t.between_high_ms
-                    tally[1] += within["low_ms"] <= median <= within["high_ms"]
-                    tally[2] += 1
-        finally:
-            if previous is None:
-                os.environ.pop(roofline.CACHE_ENV, None)
-            else:
-                os.environ[roofline.CACHE_ENV] = previous
+    with tempfile.TemporaryDirectory(prefix="rnnexp-aa-") as cache, own_cache(Path(cache)):
+        for _ in range(trials):
+            first: Result = execution.execute(planned([*overrides, "bench=adaptive"]))
+            t, env = first.phase("total"), first.environment
+            known = env.drift is not None
+            within = stats.between_processes(t.process_medians_ms)
+            if known:
+                widths.append((t.between_high_ms - t.between_low_ms) / 2 / t.median_ms)
+                drifts.append(f"±{100 * env.drift:.1f}% ({env.drift_runs} runs)")
+            for _ in range(reruns):
+                again = execution.execute(planned([
+                    *overrides, "bench=adaptive", "bench.processes=1",
+                    "bench.max_processes=1", "bench.precision=null", "bench.iters=20",
+                    "bench.verify=false"]))
+                median = again.phase("total").median_ms
+                tally = counts[known]
+                tally[0] += t.between_low_ms <= median <= t.between_high_ms
+                tally[1] += within["low_ms"] <= median <= within["high_ms"]
+                tally[2] += 1
     table = Table(title=f"A/A coverage of the between-process interval: "
                         f"{' '.join(overrides)} ({load()})")
     for col in ("first runs", "inside", "without drift: inside",
                 "claimed ± (median)", "drift (first … last)"):
         table.add_column(col, justify="right")
-
-    def share(n: int, of: int) -> str:
-        return f"{n}/{of} ({100 * n / of:.0f}%)" if of else "—"
-
     for known, (inside, without, total) in counts.items():
         if not total:
             continue
@@ -343,6 +332,25 @@ def aa(trials: int, reruns: int, overrides: Sequence[str]) -> None:
                       f"±{100 * float(np.median(widths)):.1f}%" if known and widths else "—",
                       f"{drifts[0]} … {drifts[-1]}" if known and drifts else "—")
     console.print(table)
+
+
+@contextlib.contextmanager
+def own_cache(folder: Path) -> Iterator[None]:
+    """rnnexp's cache (the drift history, the roofline) in `folder` while inside: this
+    process's runs and the sweeps it starts begin with no history of their own."""
+    previous = os.environ.get(roofline.CACHE_ENV)
+    os.environ[roofline.CACHE_ENV] = str(folder)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(roofline.CACHE_ENV, None)
+        else:
+            os.environ[roofline.CACHE_ENV] = previous
+
+
+def share(n: int, of: int) -> str:
+    return f"{n}/{of} ({100 * n / of:.0f}%)" if of else "—"
 
 
 GATE_PCT = 5.0
@@ -368,9 +376,7 @@ def comparisons(trials: int, tmp: Path) -> None:
     tally = {name: {"cells": 0, "flagged": 0, "alarms": 0, "runs": 0, "walls": [],
                     "found": 0, "covered": 0, "undecided": 0}
              for name in ("A/A interleaved", "A/A apart", "+10% work, interleaved")}
-    previous = os.environ.get(roofline.CACHE_ENV)
-    os.environ[roofline.CACHE_ENV] = str(tmp / "cache")  # a drift history of its own
-    try:
+    with own_cache(tmp / "cache"):  # a drift history of its own
         for t in range(trials):
             folder = tmp / f"compare-{t}"
             wall, _ = sweep([*COMPARED, "seed=0,1"], folder / "aa")
@@ -388,20 +394,11 @@ def comparisons(trials: int, tmp: Path) -> None:
             power["found"] += sum(d.verdict == "slower" for d in cells.values())
             power["covered"] += sum(d.low <= true <= d.high for d in cells.values())
             console.print(f"trial {t + 1}/{trials} done ({load()})", highlight=False)
-    finally:
-        if previous is None:
-            os.environ.pop(roofline.CACHE_ENV, None)
-        else:
-            os.environ[roofline.CACHE_ENV] = previous
     table = Table(title=f"compare on this machine: {' '.join(COMPARED)}, gate "
                         f"--fail-on-regression {GATE_PCT:g} ({load()})")
     for col in ("check", "cells flagged", "cannot tell", "gate alarms", "found (slower)",
                 "interval covers 1/1.1", "wall per answer (median)"):
         table.add_column(col, justify="right")
-
-    def share(n: int, of: int) -> str:
-        return f"{n}/{of} ({100 * n / of:.0f}%)" if of else "—"
-
     for name, t in tally.items():
         power = name.startswith("+")
         table.add_row(name, share(t["flagged"], t["cells"]), share(t["undecided"], t["cells"]),
