@@ -5,10 +5,11 @@ shared machine the level moves by 10–80% between runs. A test over pooled iter
 runs calls every such level shift "significant" (pseudo-replication). So:
 
 - Configurations measured **interleaved** (the same rounds, rnnexp.interleave) saw the same
-  machine round by round: they compare **paired by round**. The speedup is the ratio of
-  their geometric-mean round medians; its 95% interval and p-value come from a hierarchical
-  bootstrap that resamples rounds (paired: both sides keep the same rounds) and each side's
-  processes (Kalibera & Jones 2013), so the spread between processes is in it too.
+  machine round by round: they compare **paired by round**. The speedup is the median over
+  rounds of the ratio of their round medians (each side's processes averaged on the log
+  scale); its 95% interval and p-value come from a hierarchical bootstrap that resamples
+  rounds (paired: both sides keep the same rounds) and each side's processes (Kalibera &
+  Jones 2013), so the spread between processes is in it too.
 - Runs measured **at different times** (two sweeps, or two jobs that were not interleaved)
   compare **run against run**: each run's level is the geometric mean of its process
   medians, uncertain by its processes' spread (s²/k) and by the configuration's drift between
@@ -114,13 +115,14 @@ def paired(baseline: Sequence[Sequence[Optional[float]]],
     rounds = int(both.sum())
     if rounds == 0:
         return _nothing(math.nan, PAIRED, "no round measured both")
-    estimate = float(np.mean(np.nanmean(a, axis=0) - np.nanmean(b, axis=0)))
+    # The median over rounds of the paired log differences: a round hit by a burst (on a
+    # shared machine a visit can take 10× its neighbours) moves it by one rank, not by 10×.
+    estimate = float(np.median(np.nanmean(a, axis=0) - np.nanmean(b, axis=0)))
     if rounds < MIN_ROUNDS:
         return _nothing(math.exp(estimate), PAIRED, f"{rounds} paired rounds")
     rng = np.random.default_rng(seed)
     w = rng.multinomial(rounds, np.full(rounds, 1 / rounds), size=resamples)  # rounds
-    boot = _side_means(a, w, rng) - _side_means(b, w, rng)
-    stat = np.nansum(boot * w, axis=1) / np.sum(w * ~np.isnan(boot), axis=1)
+    stat = _weighted_median(_side_means(a, w, rng) - _side_means(b, w, rng), w)
     stat = stat[np.isfinite(stat)]
     tail = (1 - CONFIDENCE) / 2
     low, high = np.quantile(stat, [tail, 1 - tail])
@@ -130,6 +132,19 @@ def paired(baseline: Sequence[Sequence[Optional[float]]],
     p = min(1.0, max(2 * beyond, 1 / len(stat)))
     return Difference(speedup=math.exp(estimate), low=math.exp(low), high=math.exp(high),
                       p=float(p), method=PAIRED)
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Row by row: the median of `values` (NaN: left out) counted `weights` times each."""
+    weights = np.where(np.isnan(values), 0, weights).astype(float)
+    values = np.where(np.isnan(values), np.inf, values)
+    order = np.argsort(values, axis=1)
+    v = np.take_along_axis(values, order, axis=1)
+    cw = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
+    half = cw[:, -1:] / 2
+    at = np.argmax(cw >= half, axis=1)
+    out = v[np.arange(len(v)), at]
+    return np.where(cw[:, -1] > 0, out, np.nan)
 
 
 def _side_means(logs: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> np.ndarray:
