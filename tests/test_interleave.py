@@ -63,8 +63,8 @@ def test_declined_and_crashing_jobs_leave_the_others_measured(run_cli, tmp_path)
     assert proc.returncode == 1, proc.stderr  # a crash fails the sweep
     statuses = [r["status"] for r in results_of(tmp_path / "sweep")]
     assert sorted(statuses) == sorted([OK, CRASHED, UNSUPPORTED, UNSUPPORTED])
-    assert "crashed: lstm·aten·small: ValueError: planted crash in the model factory" \
-        in proc.stderr
+    assert ("crashed: lstm(build._target_=crashing)·aten·small: ValueError: planted crash in "
+            "the model factory") in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
