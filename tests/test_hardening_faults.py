@@ -264,7 +264,9 @@ def test_password_in_a_config_file_uri_is_written_nowhere(tmp_path, mlflow_serve
     assert code == 0, err2
     assert "not reachable" in err2 and "T0KEN" not in err2
     (recorded,) = runs_in(mlflow_server)
-    assert recorded.data.params["sinks.mlflow.uri"] == f"http://***@{host}"
+    assert not [v for v in recorded.data.params.values() if "w0rd" in v]
+    assert load_results(tmp_path / "run")["config"]["sinks"]["mlflow"]["uri"] == \
+        f"http://***@{host}"
     assert "w0rd" not in out + err + out2 + err2
     files = [p for p in tmp_path.rglob("*") if p.is_file() and "configs" not in p.parts]
     assert any(p.name == "config.yaml" for p in files) and any(p.suffix == ".db" for p in files)

@@ -88,7 +88,7 @@ def _signal_when_timing(proc: subprocess.Popen, job_dir: Path, signum: int) -> N
 @pytest.mark.slow
 def test_resume_skips_what_finished_and_reruns_what_was_killed(tmp_path):
     # One job after the other (a scheduler's signal reaches the job being measured).
-    args = sweep_cmd(*TINY, "bench.iters=3,100000000,4", "sinks=[json,console,mlflow]",
+    args = sweep_cmd(*TINY, "bench.iters=3,1000000,4", "sinks=[json,console,mlflow]",
                      "hydra/launcher=basic",
                      f"hydra.sweep.dir={tmp_path}/sweep")
     sweep = tmp_path / "sweep"
