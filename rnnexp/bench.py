@@ -354,8 +354,8 @@ def share(n: int, of: int) -> str:
 
 
 GATE_PCT = 5.0
-COMPARED = ["model=jit", "backend=aten", "device=cpu", *SHAPE, "bench.processes=2",
-            "sinks=[json]"]
+COMPARED = ["model=jit", "backend=aten", "device=cpu", *SHAPE, "bench.processes=3",
+            "bench.iters=200", "sinks=[json]"]
 
 
 def judged(candidate: Path, baseline: Optional[Path] = None, key: str = "", value: str = ""
@@ -374,7 +374,7 @@ def judged(candidate: Path, baseline: Optional[Path] = None, key: str = "", valu
 def comparisons(trials: int, tmp: Path) -> None:
     """A/A interleaved, A/A apart and a planted 10% slowdown, `trials` times each."""
     tally = {name: {"cells": 0, "flagged": 0, "alarms": 0, "runs": 0, "walls": [],
-                    "found": 0, "covered": 0, "undecided": 0}
+                    "found": 0, "covered": 0, "undecided": 0, "widths": []}
              for name in ("A/A interleaved", "A/A apart", "+10% work, interleaved")}
     with own_cache(tmp / "cache"):  # a drift history of its own
         for t in range(trials):
@@ -397,7 +397,7 @@ def comparisons(trials: int, tmp: Path) -> None:
     table = Table(title=f"compare on this machine: {' '.join(COMPARED)}, gate "
                         f"--fail-on-regression {GATE_PCT:g} ({load()})")
     for col in ("check", "cells flagged", "cannot tell", "gate alarms", "found (slower)",
-                "interval covers 1/1.1", "wall per answer (median)"):
+                "interval covers 1/1.1", "interval ± (median)", "wall per answer (median)"):
         table.add_column(col, justify="right")
     for name, t in tally.items():
         power = name.startswith("+")
@@ -405,6 +405,7 @@ def comparisons(trials: int, tmp: Path) -> None:
                       share(t["alarms"], t["runs"]),
                       share(t["found"], t["cells"]) if power else "—",
                       share(t["covered"], t["cells"]) if power else "—",
+                      f"±{100 * float(np.median(t['widths'])):.1f}%" if t["widths"] else "—",
                       f"{float(np.median(t['walls'])):.1f} s" if t["walls"] else "—")
     console.print(table)
 
@@ -414,6 +415,7 @@ def record(t: dict, wall: float, cells: dict, alarms: list[str]) -> None:
     t["cells"] += len(cells)
     t["flagged"] += sum(d.real for d in cells.values())
     t["undecided"] += sum(d.verdict == "?" for d in cells.values())
+    t["widths"] += [d.half_width for d in cells.values() if np.isfinite(d.half_width)]
     t["runs"] += 1
     t["alarms"] += bool(alarms)
 
