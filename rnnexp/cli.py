@@ -108,7 +108,7 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
     timing.freeze_once()
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
-    choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/")}
+    choices = config_check.app_choices(hc.runtime.choices)
     overrides = list(hc.overrides.task)
     output_dir = Path(hc.runtime.output_dir)
     sweep = sinks.Sweep.load(Path(hc.sweep.dir).resolve()) if multirun else None
@@ -120,7 +120,7 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
         return "skipped"
     device_lock = contextlib.nullcontext()
     try:
-        config = config_check.validated(overrides) or schema.validate(cfg)
+        config = config_check.typed(cfg, overrides)
         targets = sinks.build(OmegaConf.to_container(cfg.sinks, resolve=True))
         if sweep is not None:  # parallel jobs divide the machine (one timing job per device)
             config, device_lock = placement.in_sweep(

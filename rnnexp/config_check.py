@@ -185,6 +185,16 @@ def _key(overrides: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(user_overrides(overrides)))
 
 
+def app_choices(choices) -> dict[str, str]:
+    """A composed job's config-group choices, Hydra's own (hydra/launcher, ...) left out."""
+    return {k: v for k, v in choices.items() if not k.startswith("hydra/")}
+
+
+def typed(cfg, overrides: Sequence[str]) -> Config:
+    """A composed job's typed config: the one `check` made, when it ran in this process."""
+    return validated(overrides) or validate(cfg)
+
+
 def validated(overrides: Sequence[str]) -> Config | None:
     """The typed config `check` made for a job with these overrides, if it ran here."""
     return _VALIDATED.get(_key(overrides))
@@ -296,9 +306,7 @@ def check(overrides: Sequence[str], multirun: bool, config_path: str | None = No
             if len(jobs) == 1:  # a preset may make this a sweep (hydra.mode, sweeper.params)
                 base = _compose_job(jobs[0], hydra_overrides, name)
                 composed[_key(jobs[0])] = base
-                _CHOICES[_key(jobs[0])] = {
-                    k: v for k, v in base.hydra.runtime.choices.items()
-                    if not k.startswith("hydra/")}
+                _CHOICES[_key(jobs[0])] = app_choices(base.hydra.runtime.choices)
                 targets.check_hydra(OmegaConf.to_container(base.hydra, resolve=False))
                 multirun = multirun or OmegaConf.select(base, "hydra.mode") == RunMode.MULTIRUN
                 if multirun:

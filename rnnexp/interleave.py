@@ -21,7 +21,7 @@ import random
 import time
 from typing import Callable, Optional, Sequence
 
-from rnnexp import environment, job, memory, schedule, targets
+from rnnexp import environment, job, memory, schedule
 from rnnexp.drift import Drift
 from rnnexp.errors import Interrupted, JobCrashed, RnnexpError
 from rnnexp.results import Interleaving
@@ -35,16 +35,11 @@ MIN_ROUNDS = 10
 MEMORY_SHARE = 0.5
 
 
-def fixed_count(bench) -> bool:
-    """Measured to `bench.iters` samples, with nothing to stop on earlier."""
-    return bench.precision is None and bench.budget_s is None
-
-
 def share_rounds(configs: Sequence[schedule.Configuration]) -> None:
     """Fixed-count configurations take their samples over the same number of rounds — as
     many as the longest needs at bench.round_ms a visit, MIN_ROUNDS at least — so that they
     stay in the rounds together and pair up over all of them."""
-    fixed = [c for c in configs if fixed_count(c.bench)]
+    fixed = [c for c in configs if schedule.fixed_count(c.bench)]
     if not fixed:
         return
     rounds = max(MIN_ROUNDS, *(math.ceil(c.bench.iters * c.sample_ms / c.bench.round_ms)
@@ -63,13 +58,10 @@ def fits(plans: Sequence[job.Plan], free: Optional[dict[str, int]] = None) -> in
     used: dict[str, float] = {}
     count = 0
     for p in plans[:limit]:
-        est = memory.concurrent(p.cfg, p.device, varlen=_varlen(p),
+        est = memory.concurrent(p.cfg, p.device, varlen=job.varlen(p.cfg),
                                 processes=schedule.max_processes(p.cfg.bench))
-        on_cpu = p.device.type == "cpu"
-        needs = {"host": est.host_bytes + (est.device_bytes if on_cpu else 0)}
-        if not on_cpu:
-            needs[str(p.device)] = est.device_bytes
-        for where, need in needs.items():
+        for place, need in memory.needs(est, p.device).items():
+            where = place if place == "host" else str(p.device)  # several GPUs: each its own
             if where not in budget:
                 have = (free or {}).get(where)
                 if have is None:
@@ -81,10 +73,6 @@ def fits(plans: Sequence[job.Plan], free: Optional[dict[str, int]] = None) -> in
             break
         count += 1
     return max(1, count)
-
-
-def _varlen(p: job.Plan) -> bool:
-    return "varlen" in str(targets.target_of(p.cfg.model.build))
 
 
 def measure_window(plans: Sequence[job.Plan], drifts: Sequence[Drift], window: str,

@@ -85,6 +85,11 @@ def check_python(python: str) -> str:
     return probe.stdout.strip()
 
 
+def varlen(cfg: Config) -> bool:
+    """The model takes sequences of varying length (its memory holds the longest)."""
+    return "varlen" in str(targets.target_of(cfg.model.build))
+
+
 def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
          plat: Optional[platform_mod.Platform] = None) -> Plan:
     """Everything decided before timing; raises UnsupportedError/ConfigError with a reason."""
@@ -96,7 +101,7 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
     backend = make_backend(cfg, plat, device)
     backend.check(choices.get("model", "?"), cfg.model)
     # Every process the scheduler may start for this configuration is alive at once.
-    memory.check(cfg, device, varlen="varlen" in str(targets.target_of(cfg.model.build)),
+    memory.check(cfg, device, varlen=varlen(cfg),
                  processes=memory.processes_at_once(cfg.bench))
     dtype = torch_dtype(cfg.dtype)
     # A half-precision reference the CPU would take too long over is emulated in float32.

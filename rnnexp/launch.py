@@ -37,8 +37,8 @@ def job_parts(cfg: DictConfig) -> tuple[schema.Config, dict[str, str], list[str]
     """A composed job's typed config (as the config check made it, when it ran here), group
     choices and overrides."""
     overrides = list(cfg.hydra.overrides.task)
-    choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
-    return config_check.validated(overrides) or schema.validate(cfg), choices, overrides
+    return (config_check.typed(cfg, overrides), config_check.app_choices(cfg.hydra.runtime.choices),
+            overrides)
 
 
 def _output_dir(cfg: DictConfig) -> Path:

@@ -147,6 +147,15 @@ def shape_text(shape: ShapeConfig) -> str:
     return ", ".join(f"shape.{f}={getattr(shape, f)}" for f in SHAPE_FIELDS)
 
 
+def needs(est: Estimate, device: torch.device) -> dict[str, int]:
+    """Bytes an estimate takes where: "host" (RAM; all of it on a CPU) and "device"."""
+    on_cpu = device.type == "cpu"
+    out = {"host": est.host_bytes + (est.device_bytes if on_cpu else 0)}
+    if not on_cpu:
+        out["device"] = est.device_bytes
+    return out
+
+
 def check(cfg: Config, device: torch.device, varlen: bool = False,
           free: Optional[dict[str, int]] = None, *, processes: int = 1,
           alongside: Estimate = NOTHING) -> Estimate:
@@ -158,11 +167,7 @@ def check(cfg: Config, device: torch.device, varlen: bool = False,
     `free` overrides what is free ({"device": bytes, "host": bytes}) for tests of the
     decision."""
     est = concurrent(cfg, device, varlen, processes) + alongside
-    on_cpu = device.type == "cpu"
-    needs = {"host": est.host_bytes + (est.device_bytes if on_cpu else 0)}
-    if not on_cpu:
-        needs["device"] = est.device_bytes
-    for where, need in needs.items():
+    for where, need in needs(est, device).items():
         have = (free or {}).get(where)
         if have is None:
             have = free_host_bytes() if where == "host" else free_bytes(device)

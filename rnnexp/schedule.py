@@ -103,6 +103,11 @@ def max_processes(bench: BenchConfig) -> int:
     return memory.processes_at_once(bench)
 
 
+def fixed_count(bench: BenchConfig) -> bool:
+    """Measured to `bench.iters` samples, with nothing to stop on earlier."""
+    return bench.precision is None and bench.budget_s is None
+
+
 def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float,
                 runs_drift: Drift = UNKNOWN) -> Optional[str]:
     """Whether to stop after a round, and why (None: go on)."""
@@ -227,7 +232,7 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None,
     bench = planned.cfg.bench
     # One process with nothing to stop on early has no one to take turns with: its rounds
     # only pace the progress bar.
-    alone = max_processes(bench) == 1 and bench.precision is None and bench.budget_s is None
+    alone = max_processes(bench) == 1 and fixed_count(bench)
     c = Configuration(planned, runs_drift, in_workers=not in_job_process(planned),
                       round_ms=max(bench.round_ms, SOLO_ROUND_MS) if alone else None)
     t0 = time.perf_counter()

@@ -59,8 +59,8 @@ class Run:
         s = self.stats(phase)
         if not s.timed:
             return None
-        medians = [m for r in (self, *self.repeats) if r.stats(phase).timed
-                   for m in (r.stats(phase).process_medians_ms or [r.stats(phase).median_ms])]
+        runs = [r.stats(phase) for r in (self, *self.repeats)]
+        medians = [m for r in runs if r.timed for m in (r.process_medians_ms or [r.median_ms])]
         env = self.result.environment
         return significance.Level(process_medians_ms=medians, drift=s.between_drift,
                                   drift_runs=env.drift_runs if env else 0)

@@ -69,6 +69,14 @@ def work():
 # Synthetic statistics -----------------------------------------------------------------
 
 
+def window(rng, factors: tuple[float, ...], rounds: int = ROUNDS, bursts: float = 0.0
+           ) -> list[list[list[float]]]:
+    """The round medians of configurations measured in one interleaved window (the same
+    round shifts), each `factor` times the work of the first."""
+    shifts = rng.normal(0, ROUND_SHIFT, rounds)
+    return [rounds_of(interleaved_rounds(rng, shifts, f, bursts=bursts)) for f in factors]
+
+
 def test_interleaved_a_a_false_alarms_stay_within_alpha():
     """300 windows of two identical configurations under round-to-round shifts of ±25%:
     paired by round, at most α of them are called different."""
@@ -76,9 +84,7 @@ def test_interleaved_a_a_false_alarms_stay_within_alpha():
     flagged = 0
     trials = 300
     for _ in range(trials):
-        shifts = rng.normal(0, ROUND_SHIFT, ROUNDS)
-        a = rounds_of(interleaved_rounds(rng, shifts, 1.0))
-        b = rounds_of(interleaved_rounds(rng, shifts, 1.0))
+        a, b = window(rng, (1.0, 1.0))
         (d,) = significance.decide([significance.paired(a, b)], min_effect=0.0)
         flagged += d.real
     assert flagged <= trials * significance.ALPHA + 3 * math.sqrt(trials * 0.05 * 0.95)
@@ -91,9 +97,7 @@ def test_interleaved_pairing_finds_a_planted_ten_percent_slowdown():
     found = covered = 0
     trials = 100
     for _ in range(trials):
-        shifts = rng.normal(0, ROUND_SHIFT, ROUNDS)
-        base = rounds_of(interleaved_rounds(rng, shifts, 1.0))
-        slow = rounds_of(interleaved_rounds(rng, shifts, 1.1))
+        base, slow = window(rng, (1.0, 1.1))
         (d,) = significance.decide([significance.paired(base, slow)], min_effect=0.03)
         found += d.verdict == "slower"
         covered += d.low <= 1 / 1.1 <= d.high
@@ -106,10 +110,7 @@ def test_bursts_that_hit_one_side_neither_fake_nor_hide_a_difference():
     rng = np.random.default_rng(13)
     trials, flagged, found = 150, 0, 0
     for _ in range(trials):
-        shifts = rng.normal(0, ROUND_SHIFT, 20)
-        base = rounds_of(interleaved_rounds(rng, shifts, 1.0, bursts=0.1))
-        same = rounds_of(interleaved_rounds(rng, shifts, 1.0, bursts=0.1))
-        slow = rounds_of(interleaved_rounds(rng, shifts, 1.1, bursts=0.1))
+        base, same, slow = window(rng, (1.0, 1.0, 1.1), rounds=20, bursts=0.1)
         a, b = significance.decide([significance.paired(base, same),
                                     significance.paired(base, slow)], min_effect=0.03)
         flagged += a.real

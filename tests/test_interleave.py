@@ -20,7 +20,7 @@ import torch
 from rnnexp import interleave, job
 from rnnexp.errors import ConfigError
 from rnnexp.results import CRASHED, OK, UNSUPPORTED
-from tests.conftest import TINY, compose_cfg
+from tests.conftest import TINY, choices_of, compose_cfg
 
 FAULTY = "tests.faulty_models"
 
@@ -82,8 +82,7 @@ def plans(*overrides: str) -> list[job.Plan]:
     from rnnexp.schema import validate
 
     cfg = compose_cfg(["device=cpu", *overrides])
-    choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
-    return [job.plan(validate(cfg), choices)]
+    return [job.plan(validate(cfg), choices_of(cfg))]
 
 
 def test_a_window_holds_what_fits_in_half_the_free_memory():
