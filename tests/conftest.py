@@ -53,6 +53,16 @@ def run_cli(tmp_path):
     return _run
 
 
+def kill_tree(proc: subprocess.Popen) -> None:
+    """End a sweep a failed test was waiting on, with every process it started."""
+    import psutil
+
+    if proc.poll() is None:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+
+
 def load_results(folder: Path) -> dict:
     return json.loads((Path(folder) / "results.json").read_text())
 

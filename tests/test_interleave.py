@@ -20,7 +20,7 @@ import torch
 from rnnexp import interleave, job
 from rnnexp.errors import ConfigError
 from rnnexp.results import CRASHED, OK, UNSUPPORTED
-from tests.conftest import TINY, choices_of, compose_cfg
+from tests.conftest import TINY, choices_of, compose_cfg, kill_tree
 
 FAULTY = "tests.faulty_models"
 
@@ -175,10 +175,7 @@ def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
         proc.send_signal(signum)
         return proc.communicate(timeout=120)[1]
     finally:
-        if proc.poll() is None:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                child.kill()
-            proc.kill()
+        kill_tree(proc)
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import pytest
 from rnnexp import placement
 from rnnexp.placement import Launch, Placement, launch_of, oversubscription, place
 from rnnexp.schema import DeviceKind
-from tests.conftest import ROOT, TINY, load_results
+from tests.conftest import ROOT, TINY, kill_tree, load_results
 from tests.test_tracking import runs_of
 
 BASIC = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
@@ -77,10 +77,14 @@ def _signal_when_timing(proc: subprocess.Popen, job_dir: Path, signum: int) -> N
     started = time.time()
     deadline = time.monotonic() + 180
     config = job_dir / ".hydra" / "config.yaml"
-    while not (config.exists() and config.stat().st_mtime >= started - 1):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the job never started"
-        time.sleep(0.2)
+    try:
+        while not (config.exists() and config.stat().st_mtime >= started - 1):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.2)
+    except BaseException:  # a failed wait leaves no sweep running
+        kill_tree(proc)
+        raise
     time.sleep(3)  # past the handler's installation, into build/verify/timing
     proc.send_signal(signum)
 
