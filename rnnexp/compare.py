@@ -118,9 +118,9 @@ def median(run: Run, phase: str) -> Optional[float]:
     return getattr(run.row, f"{phase}_median_ms")
 
 
-def _linked(key: str, field: str) -> bool:
-    """`field` is `key` or one of its sub-fields (model.hidden_size for model)."""
-    return field == key or field.startswith(key + ".")
+def _linked(key: str, name: str) -> bool:
+    """`name` is `key` or one of its sub-fields (model.hidden_size for model)."""
+    return name == key or name.startswith(key + ".")
 
 
 def parse_baseline(text: str, runs: list[Run]) -> tuple[str, str]:

@@ -67,6 +67,14 @@ def _flat(node: Any, prefix: str = "") -> dict[str, str]:
     return {prefix[:-1]: _text(node)}
 
 
+def _plain(node: Any) -> Any:
+    """A typed config as nested dicts (dataclasses.asdict deep-copies every value: ~10×
+    slower, and the check keys every job of a sweep)."""
+    if dataclasses.is_dataclass(node):
+        return {f.name: _plain(getattr(node, f.name)) for f in dataclasses.fields(node)}
+    return node
+
+
 def _text(value: Any) -> str:
     if isinstance(value, Enum):
         return value.name
@@ -101,7 +109,7 @@ class MeasurementKey:
         """From a resolved config: plain data (rnnexp.job.plain_config, Result.config) or
         the typed `Config` the config check made (the same key)."""
         if dataclasses.is_dataclass(config):
-            config = dataclasses.asdict(config)
+            config = _plain(config)
         bench = dict(config.get("bench") or {})
         deepbench = config.get("deepbench") or {}
         rest = {k: v for k, v in config.items()
