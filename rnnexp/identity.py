@@ -153,9 +153,12 @@ class MeasurementKey:
 
     def to_json(self) -> dict[str, Any]:
         """The compared parts as plain data (the drift history stores it)."""
-        return {f.name: dict(v) if isinstance(v, tuple) else v
-                for f in dataclasses.fields(self) if f.compare
-                for v in (getattr(self, f.name),)}
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.compare:
+                value = getattr(self, f.name)
+                out[f.name] = dict(value) if isinstance(value, tuple) else value
+        return out
 
 
 def duplicates(keys: Sequence[MeasurementKey]) -> list[list[int]]:
