@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -55,7 +54,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rnnexp import config_check, execution, job, roofline, schema, stats
-from rnnexp.results import Result
+from rnnexp.results import RESULTS_FILE, Result, TimingInfo
 from rnnexp.timing import PerfCounterClock, Timer, block_for
 
 console = Console(width=None if sys.stdout.isatty() else 150)
@@ -82,7 +81,7 @@ def load() -> str:
 # --- sweeps through the real CLI ----------------------------------------------------------
 
 def sweep(overrides: Sequence[str], folder: Path, root: Path = ROOT,
-          store: Optional[Path] = None) -> tuple[float, list]:
+          store: Optional[Path] = None) -> tuple[float, list[Result]]:
     """Run `python -m rnnexp -m ...` from checkout `root` with MLflow on (the SQLite store
     `store`, by default a new one in `folder`); (wall seconds, results)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -97,27 +96,25 @@ def sweep(overrides: Sequence[str], folder: Path, root: Path = ROOT,
     if proc.returncode != 0:
         raise SystemExit(f"error: sweep failed ({' '.join(overrides)}): "
                          f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    results = [json.loads(p.read_text())
-               for p in sorted((folder / "sweep").glob("*/results.json"))]
+    results = [Result.load_checked(p)
+               for p in sorted((folder / "sweep").glob(f"*/{RESULTS_FILE}"))]
     return wall, results
 
 
-def timed_s(result: dict) -> float:
+def timed_s(result: Result) -> float:
     """Seconds of timed samples (each sample is the mean of `block` iterations)."""
-    timing = result.get("timing") or {}
-    if timing.get("timed_s") is not None:
-        return float(timing["timed_s"])
-    phases = result.get("phases") or {}
-    total = sum(sum(p.get("samples_ms") or []) for p in
-                (phases.get("forward", {}), phases.get("backward", {})))
-    return total / 1e3 * int(timing.get("block") or 1)
+    timing = result.timing or TimingInfo()
+    if timing.timed_s is not None:
+        return float(timing.timed_s)
+    total = sum(sum(result.phase(p).samples_ms) for p in ("forward", "backward"))
+    return total / 1e3 * int(timing.block or 1)
 
 
-def work_s(result: dict) -> float:
+def work_s(result: Result) -> float:
     """The job's own work: timed samples, warm-up — the backend's untimed first runs
     included — and verification (as far as the result records them)."""
-    timing, backend = result.get("timing") or {}, result.get("backend") or {}
-    return timed_s(result) + sum(float(timing.get(k) or 0) for k in ("warmup_s", "verify_s")) \
+    timing, backend = result.timing or TimingInfo(), result.backend.details
+    return timed_s(result) + float(timing.warmup_s or 0) + float(timing.verify_s or 0) \
         + sum(float(backend.get(k) or 0) for k in ("first_call_s", "optimize_s"))
 
 
@@ -174,22 +171,22 @@ def overhead(n1: int, n2: int, tmp: Path, rounds: int = 1,
     console.print(table)
 
 
-def measuring_s(result: dict) -> float:
+def measuring_s(result: Result) -> float:
     """A job's time to its result: from its first process's start to its last one's end
     (builds, verification, warm-ups, timed samples), without the sweep around it; NaN where
     the result does not record it (an older checkout)."""
-    value = (result.get("timing") or {}).get("measure_s")
+    value = result.timing.measure_s if result.timing else None
     return float("nan") if value is None else float(value)
 
 
-def claimed(result: dict) -> float:
+def claimed(result: Result) -> float:
     """The relative half-width of the interval a result claims for fwd+bwd: between
     processes if it has one, else its median's within-process 95% interval."""
-    total = (result.get("phases") or {}).get("total") or {}
-    median = total.get("median_ms")
-    low, high = total.get("between_low_ms"), total.get("between_high_ms")
+    total = result.phase("total")
+    median = total.median_ms
+    low, high = total.between_low_ms, total.between_high_ms
     if low is None or high is None:
-        low, high = total.get("median_ci_low_ms"), total.get("median_ci_high_ms")
+        low, high = total.median_ci_low_ms, total.median_ci_high_ms
     if not median or low is None or high is None:
         return float("nan")
     return (high - low) / 2 / median
@@ -237,9 +234,8 @@ def fastrnns(rounds: int, tmp: Path, baseline: Path | None) -> None:
     for name, _, _ in variants:
         res = results[name]
         wall = float(np.median(walls[name]))
-        between = any((r["phases"].get("total") or {}).get("between_low_ms") is not None
-                      for r in res)
-        stops = sorted({(r.get("timing") or {}).get("stopped") or "iters" for r in res})
+        between = any(r.phase("total").between_low_ms is not None for r in res)
+        stops = sorted({(r.timing.stopped if r.timing else "") or "iters" for r in res})
         known = np.isfinite(measuring[name])
         table.add_row(name, f"{wall:.1f} s", f"{wall / ref:.2f}×",
                       f"{measuring[name]:.2f} s" if known else "—",
@@ -387,7 +383,7 @@ def comparisons(trials: int, tmp: Path) -> None:
                    *judged(folder / "b" / "sweep", baseline=folder / "a" / "sweep"))
             wall, results = sweep([*COMPARED, "shape.seq_len=20,22"], folder / "power")
             cells, alarms = judged(folder / "power" / "sweep", key="shape.seq_len", value="20")
-            works = {r["config"]["shape"]["seq_len"]: r["work"]["flops_fwd"] for r in results}
+            works = {r.config["shape"]["seq_len"]: r.work.flops_fwd for r in results if r.work}
             true = works[20] / works[22]  # the speedup the extra work makes: 1/1.1
             power = tally["+10% work, interleaved"]
             record(power, wall, cells, alarms)

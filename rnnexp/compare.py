@@ -27,6 +27,7 @@ import argparse
 import difflib
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -117,9 +118,9 @@ def median(run: Run, phase: str) -> Optional[float]:
     return getattr(run.row, f"{phase}_median_ms")
 
 
-def _linked(key: str, field: str) -> bool:
-    """`field` is `key` or one of its sub-fields (model.hidden_size for model)."""
-    return field == key or field.startswith(key + ".")
+def _linked(key: str, name: str) -> bool:
+    """`name` is `key` or one of its sub-fields (model.hidden_size for model)."""
+    return name == key or name.startswith(key + ".")
 
 
 def parse_baseline(text: str, runs: list[Run]) -> tuple[str, str]:
@@ -147,9 +148,10 @@ def _did_you_mean(key: str, fields: Sequence[str]) -> str:
 
 
 def baselines_within(runs: list[Run], key: str, value: str) -> list[Optional[Run]]:
-    """Each run's baseline: the run that differs from it only in `key` (and its sub-fields)."""
+    """Each run's baseline: the run whose measurement (rnnexp.identity, taken the same way)
+    differs from it only in `key` (and its sub-fields)."""
     def rest(r: Run):
-        return tuple(sorted((k, v) for k, v in r.config.items() if not _linked(key, k)))
+        return tuple(sorted((k, v) for k, v in r.identity.items() if not _linked(key, k)))
 
     single = [r for r in runs if r.row.fwd_median_ms is not None and
               r.config.get(key) == value]
@@ -158,13 +160,14 @@ def baselines_within(runs: list[Run], key: str, value: str) -> list[Optional[Run
 
 
 def match_keys(*groups: Sequence[Run]) -> list[str]:
-    """Config entries that vary inside either sweep: they tell configurations apart. An entry
-    constant inside each sweep but different between them (a git commit, a torch version, a
-    changed option) is what the A/B comparison is about."""
+    """The entries of the runs' measurement keys that vary inside either sweep: they tell
+    measurements apart. An entry constant inside each sweep but different between them (a
+    changed option; the git commit and torch version are never in the keys compared) is
+    what the A/B comparison is about."""
     keys = set()
     for runs in groups:
-        for k in {k for r in runs for k in r.config}:
-            if len({r.config.get(k) for r in runs}) > 1:
+        for k in {k for r in runs for k in r.identity}:
+            if len({r.identity.get(k) for r in runs}) > 1:
                 keys.add(k)
     return sorted(keys)
 
@@ -175,7 +178,7 @@ def baselines_across(runs: list[Run], base: list[Run]) -> list[Optional[Run]]:
     keys = match_keys(runs, base)
 
     def key(r: Run):
-        return tuple(r.config.get(k) for k in keys)
+        return tuple(r.identity.get(k) for k in keys)
 
     found: dict[tuple, Run] = {}
     for b in base:
@@ -345,57 +348,85 @@ def how_judged(cells: Cells) -> str:
     return line
 
 
+@dataclass
+class Comparison:
+    """A sweep's runs, each with its baseline (None: nothing compared), and the cells judged."""
+
+    sweep: Sweep
+    runs: list[Run]
+    bases: Optional[list[Optional[Run]]]
+    title: str
+    cells: Cells = field(default_factory=dict)
+
+
+def paired(args: argparse.Namespace, stores: Stores) -> Comparison:
+    """The sweep and, with --against or --baseline, each run's baseline."""
+    sweep = stores.load(args.sweep)
+    runs = sweep.runs
+    if args.against:
+        base_sweep = stores.load(args.against)
+        what = differs(runs, base_sweep.runs)
+        return Comparison(sweep, runs, baselines_across(runs, base_sweep.runs),
+                          f"{sweep.name}  vs baseline  {base_sweep.name}  ("
+                          + ("; ".join(what) if what else "no config difference recorded")
+                          + ")")
+    if args.baseline:
+        key, value = parse_baseline(args.baseline, runs)
+        return Comparison(sweep, runs, baselines_within(runs, key, value),
+                          f"{sweep.name}  (baseline {key}={value}; rows differ from it in "
+                          f"{key})")
+    return Comparison(sweep, runs, None, sweep.name)
+
+
+def draw_chart(c: Comparison, keys: list[str], png: Path, client) -> None:
+    """Both sides of every cell and the speedup, or the medians alone without a baseline;
+    logged to the sweep's parent run when it is in MLflow."""
+    ok = [r for r in c.runs if r.row.status == OK]
+    if not ok:
+        return
+    if c.bases is not None:
+        compare_chart.draw(c.runs, c.bases, c.cells, keys, png, c.title)
+    else:
+        summary.chart([r.row for r in ok], png, f"{c.title}: median ms",
+                      labels=[label(r.config, keys) for r in ok])
+    where = ""
+    if c.sweep.run_id and client is not None:
+        client.log_artifact(c.sweep.run_id, str(png), "compare")
+        where = f" (also logged to run {c.sweep.run_id} under compare/)"
+    console.print(f"chart: {png}{where}", highlight=False)
+
+
+def verdict(c: Comparison, fail_on_regression: Optional[float]) -> int:
+    """Warn of cells on a flagged machine; with --fail-on-regression, the gate's exit code."""
+    doubtful = doubtful_cells(c.runs, c.bases, c.cells)
+    if doubtful:
+        print_warning(f"{doubtful} of {len(c.cells)} cells (marked !) compare runs timed on a "
+                      "machine flagged busy, oversubscribed or with high spread: their "
+                      "differences may come from the machine — rerun with bench.quiet=wait")
+    if fail_on_regression is None:
+        return 0
+    found = regressions(c.runs, c.cells, fail_on_regression)
+    for line in found:
+        print_error(line)
+    return EXIT_REGRESSION if found else 0
+
+
 def compare(args: argparse.Namespace) -> int:
     with store.http_limits():
         stores = Stores(args.tracking_uri, args.experiment)
-        sweep = stores.load(args.sweep)
-        runs, bases, base_runs = sweep.runs, None, None
-        title = sweep.name
-        if args.against:
-            base_sweep = stores.load(args.against)
-            base_runs = base_sweep.runs
-            bases = baselines_across(runs, base_runs)
-            what = differs(runs, base_runs)
-            title = (f"{sweep.name}  vs baseline  {base_sweep.name}  ("
-                     + ("; ".join(what) if what else "no config difference recorded") + ")")
-        elif args.baseline:
-            key, value = parse_baseline(args.baseline, runs)
-            bases = baselines_within(runs, key, value)
-            title += f"  (baseline {key}={value}; rows differ from it in {key})"
-        equivalence = (args.fail_on_regression or 0) / 100
-        cells = judge(runs, bases, args.min_effect / 100, equivalence) \
-            if bases is not None else {}
-        keys = varying(runs)
-        console.print(table(runs, bases, cells, title, keys))
-        if cells:
-            console.print(how_judged(cells), highlight=False, markup=False)
-        ok = [r for r in runs if r.row.status == OK]
-        png = args.output or Path("outputs/compare") / chart_name(sweep, args)
-        if ok:
-            if bases is not None:
-                compare_chart.draw(runs, bases, cells, keys, png, title)
-            else:
-                summary.chart([r.row for r in ok], png, f"{title}: median ms",
-                              labels=[label(r.config, keys) for r in ok])
-            where = ""
-            if sweep.run_id and stores.client is not None:
-                stores.client.log_artifact(sweep.run_id, str(png), "compare")
-                where = f" (also logged to run {sweep.run_id} under compare/)"
-            console.print(f"chart: {png}{where}", highlight=False)
+        c = paired(args, stores)
+        if c.bases is not None:
+            c.cells = judge(c.runs, c.bases, args.min_effect / 100,
+                            (args.fail_on_regression or 0) / 100)
+        keys = varying(c.runs)
+        console.print(table(c.runs, c.bases, c.cells, c.title, keys))
+        if c.cells:
+            console.print(how_judged(c.cells), highlight=False, markup=False)
+        png = args.output or Path("outputs/compare") / chart_name(c.sweep, args)
+        draw_chart(c, keys, png, stores.client)
         if args.roofline:
-            draw_roofline(sweep, runs, keys, png, stores.client)
-    doubtful = doubtful_cells(runs, bases, cells)
-    if doubtful:
-        print_warning(f"{doubtful} of {len(cells)} cells (marked !) compare runs timed on a "
-                      "machine flagged busy, oversubscribed or with high spread: their "
-                      "differences may come from the machine — rerun with bench.quiet=wait")
-    if args.fail_on_regression is not None:
-        found = regressions(runs, cells, args.fail_on_regression)
-        for line in found:
-            print_error(line)
-        if found:
-            return EXIT_REGRESSION
-    return 0
+            draw_roofline(c.sweep, c.runs, keys, png, stores.client)
+    return verdict(c, args.fail_on_regression)
 
 
 def chart_name(sweep: Sweep, args: argparse.Namespace) -> str:

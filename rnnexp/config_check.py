@@ -32,6 +32,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rnnexp import compositions, credentials, sinks, targets
 from rnnexp.errors import ConfigError, RnnexpError, full_error
+from rnnexp.identity import MeasurementKey, duplicates
+from rnnexp.report import print_warning
 from rnnexp.schema import Config, closest, validate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -326,4 +328,8 @@ def check(overrides: Sequence[str], multirun: bool, config_path: str | None = No
             targets.bind("model.build", config.model.build, None)  # None: the spec
             _VALIDATED[_key(job)] = config
             configs.append(config)
+    for same in duplicates([MeasurementKey.of_config(c) for c in configs]):
+        print_warning(f"jobs {', '.join(map(str, same))} take the same measurement the same way "
+                      "(rnnexp.identity): their results are repeats of one — resume counts "
+                      "one done for all")
     return configs

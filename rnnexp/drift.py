@@ -3,9 +3,10 @@ runs: what no spread measured within one job's seconds can show, and what a reru
 
 Every valid run (status ok, machine not flagged busy) appends its phase medians to a history
 in the cache, next to the roofline's (`drift/` under `$RNNEXP_CACHE_DIR`), keyed by what makes
-two runs the same measurement: the configuration (less the options that only decide how long
-to measure: iteration counts, processes, precision, verification, sinks, ...), device, thread
-count, torch version and code version (git commit). The drift of a phase is the spread of
+two runs the same measurement (rnnexp.identity: the configuration less the options that only
+decide how long or how to measure — iteration counts, processes, precision, verification,
+sinks, ... — with the torch and code versions) and the machine it ran on (device name and
+thread count). The drift of a phase is the spread of
 the logarithms of the earlier runs' medians of the last day (≈ relative; σ from their median
 absolute deviation, so one run hit by a burst does not widen every later interval), known
 from `MIN_RUNS` runs on; stats.between_processes adds it to the interval.
@@ -33,16 +34,13 @@ import numpy as np
 from filelock import FileLock
 
 from rnnexp import roofline
+from rnnexp.identity import MeasurementKey
 
 WINDOW_S = 24 * 3600.0  # runs older than a day say little about today
 MAX_RUNS = 100  # kept in a history
 MIN_RUNS = 5  # fewer earlier runs than this: drift unknown (a MAD of fewer says little)
 MAD_TO_SIGMA = 1.4826  # a normal distribution's σ per median absolute deviation
 PHASES = ("forward", "backward", "total")
-# Options that decide how long or how a configuration is measured, not what: runs that
-# differ only in these are reruns of one measurement.
-NOT_MEASURED = ("resume", "sinks")
-BENCH_MEASURED = ("backward", "num_threads", "block_ms", "python")
 
 
 @dataclass(frozen=True)
@@ -67,14 +65,10 @@ class Drift:
 UNKNOWN = Drift()
 
 
-def measurement(config: Mapping[str, Any], device_name: str, threads: int, torch_version: str,
-                commit: str) -> dict[str, Any]:
-    """What makes two runs the same measurement."""
-    bench = {k: v for k, v in (config.get("bench") or {}).items() if k in BENCH_MEASURED}
-    return {"config": {**{k: v for k, v in config.items()
-                          if k not in NOT_MEASURED and k != "bench"}, "bench": bench},
-            "device_name": device_name, "threads": threads, "torch": torch_version,
-            "commit": commit}
+def history_key(measurement: MeasurementKey, device_name: str, threads: int) -> dict[str, Any]:
+    """A history's key: the measurement (its torch and code versions included) on this
+    machine — its device's name and the threads it ran with."""
+    return {**measurement.to_json(), "device_name": device_name, "threads": threads}
 
 
 def history_path(key: Mapping[str, Any]) -> Path:
@@ -131,19 +125,42 @@ def earlier(key: Mapping[str, Any], now: Optional[float] = None) -> Drift:
 
 
 # Same device, thread count and torch version: histories a configuration may borrow from.
-MACHINE = ("device_name", "threads", "torch")
-_POOLED: dict[tuple, tuple[float, Optional[Drift]]] = {}  # per process, for a minute
+MACHINE = ("device_name", "threads", "torch_version")
+
+
+class PooledCache:
+    """The pooled drift of each machine (`MACHINE`), kept `max_age_s` in this process: a
+    sweep's first runs would each read every history in the cache folder."""
+
+    def __init__(self, max_age_s: float = 60.0):
+        self.max_age_s = max_age_s
+        self._found: dict[tuple, tuple[float, Optional[Drift]]] = {}
+
+    def get(self, machine: tuple, now: float) -> tuple[bool, Optional[Drift]]:
+        """(known, drift): known is False when this machine's was not read recently."""
+        cached = self._found.get(machine)
+        if cached is not None and now - cached[0] < self.max_age_s:
+            return True, cached[1]
+        return False, None
+
+    def put(self, machine: tuple, now: float, found: Optional[Drift]) -> None:
+        self._found[machine] = (now, found)
+
+    def clear(self) -> None:
+        self._found.clear()
+
+
+POOLED = PooledCache()  # this process's
 
 
 def pooled(key: Mapping[str, Any], now: float) -> Optional[Drift]:
     """The fwd+bwd (else forward) drift of the other measurements on this machine, their
     variances pooled by degrees of freedom, Σ(nᵢ−1)sᵢ² / Σ(nᵢ−1), applied to every phase;
-    None when none has enough runs. Read once a minute per process (a sweep's first runs
-    would each read every history)."""
+    None when none has enough runs. Read once a minute per process (POOLED)."""
     machine = tuple(key.get(f) for f in MACHINE)
-    cached = _POOLED.get(machine)
-    if cached is not None and now - cached[0] < 60:
-        return cached[1]
+    known, cached = POOLED.get(machine, now)
+    if known:
+        return cached
     weighted = df = configurations = 0
     oldest = 0.0
     for path in history_path(key).parent.glob("*.json"):
@@ -162,7 +179,7 @@ def pooled(key: Mapping[str, Any], now: float) -> Optional[Drift]:
         result = Drift({phase: spread for phase in PHASES}, df + 1, oldest,
                        f"pooled from {configurations} configuration"
                        + ("s" if configurations > 1 else ""))
-    _POOLED[machine] = (now, result)
+    POOLED.put(machine, now, result)
     return result
 
 

@@ -173,16 +173,30 @@ def cpu_by_process(seconds: float, exclude: set[int]) -> list[tuple[float, str]]
     return usage(start, snapshot(), exclude)
 
 
-_LAST_LOOK: Optional[Snapshot] = None  # where this process's last look ended
+class LastLook:
+    """Where this process's last look at the machine ended. In a sweep whose jobs run one
+    after the other in one process, the next job's look starts there: it spans the gap
+    between jobs (the launcher's own work, not counted) instead of sleeping to be long
+    enough. Per process: a look is only comparable with snapshots of the same machine."""
+
+    def __init__(self) -> None:
+        self._end: Optional[Snapshot] = None
+
+    def get(self, max_age_s: float) -> Optional[Snapshot]:
+        end = self._end
+        return end if end is not None and time.monotonic() - end.at <= max_age_s else None
+
+    def ended(self, end: Snapshot) -> None:
+        self._end = end
+
+
+LAST_LOOK = LastLook()  # this process's
 
 
 def last_look(max_age_s: float = 5.0) -> Optional[Snapshot]:
-    """Where this process's last look ended, if it was at most `max_age_s` ago: in a sweep,
-    the previous job's. A look that starts there spans the gap between jobs (the launcher's
-    own work, not counted) instead of sleeping to be long enough."""
-    if _LAST_LOOK is not None and time.monotonic() - _LAST_LOOK.at <= max_age_s:
-        return _LAST_LOOK
-    return None
+    """Where this process's last look ended, if it was at most `max_age_s` ago (LAST_LOOK):
+    in a sweep, the previous job's."""
+    return LAST_LOOK.get(max_age_s)
 
 
 def look_since(start: Snapshot, min_s: float = MIN_LOOK_S,
@@ -190,14 +204,13 @@ def look_since(start: Snapshot, min_s: float = MIN_LOOK_S,
     """Load average and the CPU other processes used from `start` to now. CPU times tick in
     10 ms, so a window shorter than `min_s` is noise: it starts at `earlier` instead if
     given, else this sleeps until it is long enough."""
-    global _LAST_LOOK
     if earlier is not None and time.monotonic() - start.at < min_s:
         start = earlier
     rest = min_s - (time.monotonic() - start.at)
     if rest > 0:
         time.sleep(rest)
     end = snapshot()
-    _LAST_LOOK = end
+    LAST_LOOK.ended(end)
     used = usage(start, end, _our_processes())
     try:
         load = tuple(round(x, 2) for x in os.getloadavg())

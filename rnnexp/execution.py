@@ -17,6 +17,7 @@ from rnnexp import drift, environment, job, memory, roofline, schedule
 from rnnexp import platform as platform_mod
 from rnnexp.device import device_name
 from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, signal_name
+from rnnexp.identity import MeasurementKey
 from rnnexp.results import (
     CRASHED,
     INTERRUPTED,
@@ -25,6 +26,7 @@ from rnnexp.results import (
     RECOMPILED,
     UNSUPPORTED,
     BackendInfo,
+    PhaseStats,
     Result,
     TimingInfo,
     phase_stats,
@@ -48,11 +50,20 @@ class History:
     @classmethod
     def of(cls, p: job.Plan) -> History:
         cfg = p.cfg
-        config, name = job.plain_config(cfg), device_name(p.device, p.plat)
-        commit = platform_mod.git_commit()
-        key = drift.measurement(config, name, cfg.bench.num_threads or torch.get_num_threads(),
-                                p.plat.torch_version, commit)
+        name, commit = device_name(p.device, p.plat), platform_mod.git_commit()
+        measurement = MeasurementKey.of_config(job.plain_config(cfg), p.plat.torch_version,
+                                               commit)
+        key = drift.history_key(measurement, name,
+                                cfg.bench.num_threads or torch.get_num_threads())
         return cls(key, drift.earlier(key) if cfg.bench.drift else drift.UNKNOWN, commit, name)
+
+    def add(self, cfg: Config, status: str, env: environment.Environment,
+            phases: dict[str, PhaseStats]) -> None:
+        """A valid run on a machine not flagged busy joins the history the next run's
+        interval uses."""
+        if cfg.bench.drift and status == OK and environment.BUSY not in env.flags:
+            drift.record(self.key, {name: phase.median_ms for name, phase in phases.items()
+                                    if phase.timed})
 
 
 def execute(p: job.Plan, progress: Optional[Progress] = None) -> Result:
@@ -68,21 +79,13 @@ def conclude(p: job.Plan, m: schedule.Measured, history: History, started: datet
              duration_s: float) -> Result:
     """The Result of a measured job (statistics, flags, status), which joins the
     configuration's history when it is a valid run on a machine not flagged busy."""
-    cfg, runs_drift = p.cfg, history.drift
-    ready, env = m.ready, m.environment
+    cfg, ready, env = p.cfg, m.ready, m.environment
     verification = ready.verification or Verification("skipped", detail="not verified")
     phases = phase_stats(m.pooled(), ready.work, ready.no_backward_reason,
-                         per_process=m.per_process, drift=runs_drift.spreads,
-                         drift_runs=runs_drift.runs)
-    env.drift, env.drift_runs, env.drift_hours, env.drift_from = \
-        runs_drift.spread, runs_drift.runs, round(runs_drift.hours, 2), runs_drift.source
-    environment.assess(env, environment.spreads_of(phases), p.device)
-    if not verification.ok:
-        status, reason = INVALID, f"verification failed: {verification.detail}"
-    elif m.recompiled:
-        status, reason = RECOMPILED, m.recompiled
-    else:
-        status, reason = OK, ""
+                         per_process=m.per_process, drift=history.drift.spreads,
+                         drift_runs=history.drift.runs)
+    assess(env, history.drift, phases, p.device)
+    status, reason = status_of(verification, m.recompiled)
     result = Result(
         choices=p.choices,
         overrides=p.overrides,
@@ -99,24 +102,44 @@ def conclude(p: job.Plan, m: schedule.Measured, history: History, started: datet
         phases=phases if status == OK else without_rates(phases),
         platform=ready.platform or p.plat,
         git_commit=history.commit,
-        timing=TimingInfo(clock=ready.clock, warmup=cfg.bench.warmup, iters=cfg.bench.iters,
-                          timed_iters=sum(len(s.forward_ms) for s in m.per_process),
-                          precision=cfg.bench.precision, threads=ready.threads,
-                          block=ready.block, processes=len(m.per_process), stopped=m.stopped,
-                          budget_s=cfg.bench.budget_s, interleaved=m.interleaving is not None,
-                          measure_s=m.wall_s, setup_s=m.setup_s,
-                          verify_s=ready.verify_s, warmup_s=m.warmup_s, timed_s=m.timed_s),
+        timing=timing_info(cfg, m),
         environment=env,
         started_at=started.isoformat(timespec="seconds"),
         duration_s=duration_s,
         profile=m.profile,
         interleaving=m.interleaving,
     )
-    # A valid run on a machine not flagged busy joins the history the next run's interval uses.
-    if cfg.bench.drift and status == OK and environment.BUSY not in env.flags:
-        drift.record(history.key, {name: phase.median_ms for name, phase in phases.items()
-                                   if phase.timed})
+    history.add(cfg, status, env, phases)
     return result
+
+
+def assess(env: environment.Environment, runs_drift: drift.Drift,
+           phases: dict[str, PhaseStats], device: torch.device) -> None:
+    """The machine's flags, with the drift between runs the interval included."""
+    env.drift, env.drift_runs, env.drift_hours, env.drift_from = \
+        runs_drift.spread, runs_drift.runs, round(runs_drift.hours, 2), runs_drift.source
+    environment.assess(env, environment.spreads_of(phases), device)
+
+
+def status_of(verification: Verification, recompiled: str) -> tuple[str, str]:
+    """(status, reason): a failed verification first, then a recompilation while timed."""
+    if not verification.ok:
+        return INVALID, f"verification failed: {verification.detail}"
+    if recompiled:
+        return RECOMPILED, recompiled
+    return OK, ""
+
+
+def timing_info(cfg: Config, m: schedule.Measured) -> TimingInfo:
+    """How the samples were taken and where the seconds went."""
+    ready = m.ready
+    return TimingInfo(clock=ready.clock, warmup=cfg.bench.warmup, iters=cfg.bench.iters,
+                      timed_iters=sum(len(s.forward_ms) for s in m.per_process),
+                      precision=cfg.bench.precision, threads=ready.threads,
+                      block=ready.block, processes=len(m.per_process), stopped=m.stopped,
+                      budget_s=cfg.bench.budget_s, interleaved=m.interleaving is not None,
+                      measure_s=m.wall_s, setup_s=m.setup_s, verify_s=ready.verify_s,
+                      warmup_s=m.warmup_s, timed_s=m.timed_s)
 
 
 def with_roofline(cfg: Config, result: Result) -> Result:

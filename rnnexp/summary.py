@@ -25,11 +25,14 @@ def _cell(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
+
+
 def write_files(rows: Sequence[Row], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "summary.json", folder / "summary.csv", folder / "summary.md"]
+    paths = [folder / name for name in SUMMARY_FILES]
     table = [r.columns() for r in rows]
-    paths[0].write_text(json.dumps(table, indent=2))
+    paths[0].write_text(_json(table))
     with paths[1].open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=Row.COLUMNS)
         writer.writeheader()
@@ -45,24 +48,33 @@ def write_files(rows: Sequence[Row], folder: Path) -> list[Path]:
     return paths
 
 
-# What this process last wrote for a sweep: the json sink and the MLflow sink both need the
-# summary at a sweep's end, and drawing the chart twice cost a second each.
-_WRITTEN: dict[str, tuple[str, list[Path]]] = {}
+def _json(table: list[dict]) -> str:
+    return json.dumps(table, indent=2)
 
 
 def write(sweep_dir: Path, jobs: Sequence[tuple[Path, Result]]) -> list[Path]:
-    """summary.{json,csv,md} and, when any job was timed, the chart, in <sweep>/summary/."""
+    """summary.{json,csv,md} and, when any job was timed, the chart, in <sweep>/summary/ —
+    unless the folder holds them for these rows already: the json sink and the MLflow sink
+    both need the summary at a sweep's end, and drawing the chart twice cost a second."""
     rows = rows_of(jobs, sweep_dir)
     folder = Path(sweep_dir) / SUMMARY_DIR
-    signature = json.dumps([r.columns() for r in rows], default=str)
-    done = _WRITTEN.get(str(folder.resolve()))
-    if done and done[0] == signature and all(p.exists() for p in done[1]):
-        return list(done[1])
-    paths = write_files(rows, folder)
+    paths = [folder / name for name in SUMMARY_FILES]
     if any(r.status == OK for r in rows):
-        paths.append(chart(rows, folder / CHART, f"sweep {Path(sweep_dir).name}: median ms"))
-    _WRITTEN[str(folder.resolve())] = (signature, list(paths))
+        paths.append(folder / CHART)
+    if not written(folder, paths, rows):
+        write_files(rows, folder)
+        if len(paths) > len(SUMMARY_FILES):
+            chart(rows, folder / CHART, f"sweep {Path(sweep_dir).name}: median ms")
     return paths
+
+
+def written(folder: Path, paths: Sequence[Path], rows: Sequence[Row]) -> bool:
+    """The folder's summary is that of `rows`, every file of it present."""
+    try:
+        same = (folder / SUMMARY_FILES[0]).read_text() == _json([r.columns() for r in rows])
+    except OSError:
+        return False
+    return same and all(p.exists() for p in paths)
 
 
 DECADE = 10.0  # values spanning more than this ratio get a log axis

@@ -13,6 +13,7 @@ from mlflow.exceptions import MlflowException
 
 from rnnexp import significance, sinks
 from rnnexp.errors import RnnexpError
+from rnnexp.identity import MeasurementKey
 from rnnexp.results import OK, RESULTS_FILE, BrokenResults, PhaseStats, Result, Roofline, Row
 from rnnexp.sinks.mlflow import runs
 
@@ -24,8 +25,11 @@ PHASES = (("fwd", "forward"), ("bwd", "backward"))
 class Run:
     row: Row
     result: Result
+    # What it measured and how (rnnexp.identity), whatever code took it: runs of two sweeps
+    # (or a run and its baseline option) pair up by it.
+    key: MeasurementKey
     # The resolved config flattened (shape.hidden_size, ...) and the group choices: what
-    # decides which runs of two sweeps measure the same configuration.
+    # the table shows and `--baseline KEY=VALUE` selects on.
     config: dict[str, str] = field(default_factory=dict)
     # The environment flags the run was timed with (busy, oversubscribed, high_spread, ...).
     flags: list[str] = field(default_factory=list)
@@ -41,10 +45,18 @@ class Run:
         config.update({g: str(v) for g, v in result.choices.items()})
         row = Row.of(job, result)
         row.run_id = run_id or ""
-        return cls(row=row, result=result, config=comparable(config),
+        return cls(row=row, result=result,
+                   key=MeasurementKey.of_result(result).without_versions(),
+                   config=comparable(config),
                    flags=list(result.environment.flags) if result.environment else [],
                    roofline=result.roofline,
                    where=f"{result.device_name or result.device} {result.dtype}".strip())
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """Its key as flat config fields, with how it was taken (bench.iters, ...): the
+        entries that pair runs up."""
+        return self.key.fields(method=True)
 
     @property
     def window(self) -> Optional[str]:

@@ -380,3 +380,26 @@ def test_a_bad_argument_is_one_line_not_the_usage(capsys):
     assert rc == 2
     (line,) = err.strip().splitlines()
     assert "--fail-on-regression: invalid float value: 'abc'" in line and "--help" in line
+
+
+def test_runs_pair_by_their_measurement_whatever_code_took_them_and_wherever_it_went():
+    from rnnexp.sweeps import Run
+
+    samples = Samples(forward_ms=[1.0, 1.1, 0.9], backward_ms=[2.0, 2.1, 1.9])
+
+    def run(commit: str, seed: int, iters: int, sinks: list[str]) -> Run:
+        config = {"model": {"build": {"_target_": "m"}}, "shape": {"seq_len": 8}, "seed": seed,
+                  "dtype": "float32", "sinks": sinks, "bench": {"iters": iters}}
+        return Run.of(f"{commit}{seed}{iters}", Result(
+            choices={"model": "lstm"}, overrides=[], config=config, status=OK,
+            git_commit=commit, phases=phase_stats(samples, work())))
+
+    after = [run("b", seed, iters, ["json"]) for seed in (0, 1) for iters in (10, 20)]
+    before = [run("a", seed, iters, ["json", "mlflow"]) for seed in (0, 1)
+              for iters in (10, 20)]
+    bases = compare.baselines_across(after, before)
+    # The same measurement taken the same way: seed and iteration count both match.
+    assert [b.row.job for b in bases] == ["a010", "a020", "a110", "a120"]
+    # Within one sweep, a baseline seed pairs each run with the run taken the same way.
+    within = compare.baselines_within(after, "seed", "0")
+    assert [b.row.job for b in within] == ["b010", "b020", "b010", "b020"]

@@ -10,35 +10,52 @@ import torch
 
 from rnnexp import drift, environment, schedule, stats
 from rnnexp.drift import Drift
+from rnnexp.identity import MeasurementKey
 from rnnexp.schema import BenchConfig
 from rnnexp.timing import Samples
 
 CPU = torch.device("cpu")
-KEY = drift.measurement({"model": {"name": "x"}, "seed": 0, "sinks": ["json"],
-                         "bench": {"iters": 100, "backward": True}},
-                        "test cpu", 1, "2.x", "abc")
+KEY = drift.history_key(MeasurementKey.of_config(
+    {"model": {"name": "x"}, "seed": 0, "sinks": ["json"],
+     "bench": {"iters": 100, "backward": True}}, "2.x", "abc"), "test cpu", 1)
 
 
-def test_the_measurement_ignores_how_long_it_was_measured_but_not_what():
-    base = {"model": {"name": "x"}, "shape": {"hidden_size": 64}, "resume": False,
-            "sinks": ["json"], "bench": {"iters": 100, "processes": 3, "precision": 0.02,
-                                         "verify": True, "backward": True, "block_ms": 1.0}}
-    rerun = {**base, "resume": True, "sinks": ["json", "mlflow"],
-             "bench": {**base["bench"], "iters": 20, "processes": 1, "precision": None,
-                       "verify": False}}
-    key = drift.measurement(base, "cpu", 2, "2.13", "abc")
-    assert drift.measurement(rerun, "cpu", 2, "2.13", "abc") == key
-    for other in ({**base, "shape": {"hidden_size": 128}},
-                  {**base, "bench": {**base["bench"], "backward": False}}):
-        assert drift.measurement(other, "cpu", 2, "2.13", "abc") != key
-    for args in (("cpu", 1, "2.13", "abc"), ("cpu", 2, "2.14", "abc"),
-                 ("cpu", 2, "2.13", "def"), ("gpu", 2, "2.13", "abc")):
-        assert drift.measurement(base, *args) != key
+def test_a_history_is_one_measurement_on_one_machine():
+    config = {"model": {"name": "x"}, "shape": {"hidden_size": 64}, "sinks": ["json"],
+              "bench": {"iters": 100, "processes": 3, "backward": True}}
+    key = MeasurementKey.of_config(config, "2.13", "abc")
+    rerun = MeasurementKey.of_config({**config, "bench": {**config["bench"], "iters": 20}},
+                                     "2.13", "abc")
+    assert drift.history_key(rerun, "cpu", 2) == drift.history_key(key, "cpu", 2)
+    for other in (drift.history_key(key, "gpu", 2), drift.history_key(key, "cpu", 1),
+                  drift.history_key(key.without_versions(), "cpu", 2)):
+        assert other != drift.history_key(key, "cpu", 2)
 
 
-def mad_sigma(values):
-    logs = np.log(values)
-    return 1.4826 * np.median(np.abs(logs - np.median(logs)))
+def histories(rng, levels: float, runs: int = 12, noise: float = 0.005) -> list[float]:
+    """Medians of `runs` reruns: each at its own level (log-normal, σ `levels`), with a
+    little noise of its own."""
+    return list(10.0 * np.exp(rng.normal(0.0, levels, runs) + rng.normal(0.0, noise, runs)))
+
+
+def test_planted_drift_between_runs_is_found_and_a_stable_series_reports_none(
+        roofline_cache):
+    rng = np.random.default_rng(1)
+    t0 = 4_000_000.0
+    stable, moving = (drift.history_key(MeasurementKey.of_config({"seed": s}, "2.x", "c"),
+                                        "planted cpu", 1) for s in (1, 2))
+    for key, levels in ((stable, 0.0), (moving, 0.15)):
+        for i, ms in enumerate(histories(rng, levels)):
+            drift.record(key, {"total": ms}, now=t0 + i)
+    calm, drifting = (drift.earlier(k, now=t0 + 60) for k in (stable, moving))
+    assert calm.source == drifting.source == "own" and calm.runs == drifting.runs == 12
+    assert calm.spread < 0.02  # the noise alone: nothing between runs
+    assert 0.07 < drifting.spread < 0.3  # the planted 15%, found
+    for found, flagged in ((calm, False), (drifting, True)):
+        env = environment.Environment(cores=2, torch_threads=1, drift=found.spread,
+                                      drift_runs=found.runs)
+        environment.assess(env, {}, CPU)
+        assert (environment.DRIFTING in env.flags) == flagged
 
 
 def test_estimate_needs_enough_recent_runs_and_is_a_robust_spread_of_their_logs():
@@ -49,7 +66,7 @@ def test_estimate_needs_enough_recent_runs_and_is_a_robust_spread_of_their_logs(
     old = {"at": now - drift.WINDOW_S - 1, "total": 50.0}  # a day old: left out
     found = drift.estimate([old, *runs, {"at": now, "total": 1.9}], now)
     assert found.runs == 5 and found.hours == pytest.approx(3 / 60)
-    assert found.spread == pytest.approx(mad_sigma([*levels, 1.9]))
+    assert 0.03 < found.spread < 0.15  # levels ±10% apart
     assert "forward" not in found.spreads  # only four runs had a forward median
     # One rerun hit by a burst moves the standard deviation, hardly the robust spread.
     burst = drift.estimate([*runs, {"at": now, "total": 1.9}, {"at": now, "total": 4.0}], now)
@@ -65,7 +82,7 @@ def test_runs_are_recorded_and_read_back_per_measurement(roofline_cache):
     for i, ms in enumerate(levels):
         drift.record(KEY, {"forward": ms / 2, "total": ms, "backward": None}, now=t0 + i)
     found = drift.earlier(KEY, now=t0 + 10)
-    assert found.runs == 5 and found.spread == pytest.approx(mad_sigma(levels))
+    assert found.runs == 5 and 0.03 < found.spread < 0.15  # levels ±10% apart
     assert found.source == "own" and set(found.spreads) == {"forward", "total"}
     other = {**KEY, "threads": 2}
     assert drift.earlier(other, now=t0 + 10).runs == 0
@@ -186,7 +203,7 @@ def test_jobs_join_their_history_and_a_later_run_includes_its_drift(roofline_cac
         assert later.environment.drift_runs == kept and later.environment.drift is not None
         assert later.phases["total"].between_drift == pytest.approx(later.environment.drift)
     # What is measured differs: another history, which borrows from the others here.
-    drift._POOLED.clear()
+    drift.POOLED.clear()
     other = run("seed=8").environment
     assert other.drift_from.startswith("pooled" if kept >= drift.MIN_RUNS else "")
     if kept >= drift.MIN_RUNS:
@@ -196,8 +213,8 @@ def test_jobs_join_their_history_and_a_later_run_includes_its_drift(roofline_cac
 def test_a_configuration_without_runs_borrows_the_pooled_drift_of_the_others_here(
         roofline_cache):
     now = 3_000_000.0
-    drift._POOLED.clear()
-    machine = {"device_name": "pool cpu", "threads": 3, "torch": "2.x"}
+    drift.POOLED.clear()
+    machine = {"device_name": "pool cpu", "threads": 3, "torch_version": "2.x"}
     keys = [{**machine, "config": {"seed": i}, "commit": "c"} for i in range(3)]
     first, second = [10.0, 11.0, 9.0, 10.5, 9.5], [5.0, 5.1, 4.9, 5.0, 5.2, 4.8]
     for key, levels in zip(keys, (first, second, [7.0, 7.0]), strict=True):
@@ -210,11 +227,14 @@ def test_a_configuration_without_runs_borrows_the_pooled_drift_of_the_others_her
     assert own.source == "own" and own.runs == 5
     new = {**machine, "config": {"seed": 99}, "commit": "c"}
     borrowed = drift.earlier(new, now=now + 10)
-    s1, s2 = mad_sigma(first), mad_sigma(second)
-    assert borrowed.spread == pytest.approx(np.sqrt((4 * s1 ** 2 + 5 * s2 ** 2) / 9))
+    # Between the two configurations' own drifts; the other thread count's (levels that
+    # double) left out.
+    s1, s2 = (drift.earlier(k, now=now + 10).spread for k in keys[:2])
+    assert min(s1, s2) < borrowed.spread < max(s1, s2)
+    assert borrowed.spread < drift.earlier(elsewhere, now=now + 10).spread / 2
     assert borrowed.runs == 10 and borrowed.source == "pooled from 2 configurations"
     assert set(borrowed.spreads) == set(drift.PHASES)
-    drift._POOLED.clear()
-    lonely = {"device_name": "other cpu", "threads": 3, "torch": "2.x", "config": {},
+    drift.POOLED.clear()
+    lonely = {"device_name": "other cpu", "threads": 3, "torch_version": "2.x", "config": {},
               "commit": "c"}
     assert drift.earlier(lonely, now=now + 10) == drift.UNKNOWN

@@ -115,6 +115,25 @@ def test_flags_stand_beside_ok_in_the_table_and_summary(tmp_path):
     assert "| ok (busy) |" in (tmp_path / "s" / "summary.md").read_text()
 
 
+def test_a_sweeps_summary_is_drawn_once_for_the_same_rows_and_again_when_they_change(
+        tmp_path):
+    from rnnexp import summary
+
+    jobs = [(tmp_path / "0", result_with(LSTM, []))]
+    jobs[0][0].mkdir()
+    paths = summary.write(tmp_path, jobs)
+    assert [p.name for p in paths] == [*summary.SUMMARY_FILES, summary.CHART]
+    written = {p: p.stat().st_mtime_ns for p in paths}
+    assert summary.write(tmp_path, jobs) == paths  # the second sink at the sweep's end
+    assert {p: p.stat().st_mtime_ns for p in paths} == written
+    (tmp_path / summary.SUMMARY_DIR / summary.CHART).unlink()  # a file gone: written again
+    summary.write(tmp_path, jobs)
+    assert all(p.exists() for p in paths)
+    busy = [(tmp_path / "0", result_with(LSTM, [], flags=("busy",)))]  # other rows
+    summary.write(tmp_path, busy)
+    assert "| ok (busy) |" in (tmp_path / summary.SUMMARY_DIR / "summary.md").read_text()
+
+
 def test_chart_labels_keep_what_varies_and_whiskers_are_quartiles():
     from rnnexp import summary
     from rnnexp.results import Row

@@ -72,28 +72,35 @@ def creation_lock(uri: str) -> Iterator[None]:
         yield
 
 
-# Connections made in this process, by (uri, experiment): the basic launcher runs every job
-# of a sweep in the process that opened the sweep's parent run, so each job reuses it instead
-# of building a client and looking the experiment up again.
-_CONNECTED: dict[tuple[str, str], tuple[object, str]] = {}
+class Connections:
+    """The (MlflowClient, experiment id) of each (store URI, experiment) this process opened:
+    the basic launcher runs every job of a sweep in the process that opened the sweep's
+    parent run, so each job reuses the connection instead of building a client and looking
+    the experiment up again. A SQLite store whose file went away is opened afresh."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[str, str], tuple[object, str]] = {}
+
+    def get(self, uri: str, experiment: str, create: bool):
+        key, path = (uri, experiment), sqlite_path(uri)
+        if key not in self._made or (path is not None and not path.exists()):
+            self._made[key] = _open(uri, experiment, create)
+        return self._made[key]
+
+
+CONNECTIONS = Connections()  # this process's
 
 
 def connect(uri: str, experiment: str, create: bool = True):
-    """(MlflowClient, experiment id), made once per process and store; creates the SQLite
-    file and the experiment if asked.
+    """(MlflowClient, experiment id), made once per process and store (CONNECTIONS);
+    creates the SQLite file and the experiment if asked.
 
     Creation is race-safe: the store's schema and the experiment are made under a file lock
     (several single runs started together on a fresh SQLite store), and a concurrent
     creator's experiment is picked up if create_experiment loses (a server).
     """
     # The credentials hidden from the config: an HTTP store's userinfo → MLflow's variables.
-    uri = take_credentials(reveal(uri))
-    key = (uri, experiment)
-    path = sqlite_path(uri)
-    if key in _CONNECTED and (path is None or path.exists()):
-        return _CONNECTED[key]
-    _CONNECTED[key] = _open(uri, experiment, create)
-    return _CONNECTED[key]
+    return CONNECTIONS.get(take_credentials(reveal(uri)), experiment, create)
 
 
 def _open(uri: str, experiment: str, create: bool):
