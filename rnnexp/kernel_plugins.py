@@ -164,6 +164,10 @@ def discover() -> Discovery:
         elif kernel.name in kernels:
             problems.append(f"{where}: the name {kernel.name} is taken by "
                             f"{kernels[kernel.name].factory_path}; rename one kernel")
+        elif any(k.factory_path == kernel.factory_path for k in kernels.values()):
+            # A model config names its kernel by the factory: one factory, one kernel.
+            problems.append(f"{where}: its factory {kernel.factory_path} is another "
+                            "kernel's; give each kernel its own factory")
         else:
             kernels[kernel.name] = kernel
     return Discovery(kernels, tuple(problems))
