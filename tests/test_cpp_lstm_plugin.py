@@ -25,9 +25,10 @@ pytestmark = [pytest.mark.compile, pytest.mark.slow]
 def _fingerprint() -> str:
     """The example's sources, the interpreter and torch: what the build depends on."""
     digest = hashlib.sha256(f"{sys.version}{torch.__version__}".encode())
-    for path in sorted(EXAMPLE.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".cpp", ".toml"):
-            digest.update(path.relative_to(EXAMPLE).as_posix().encode() + path.read_bytes())
+    package = EXAMPLE / "cpp_lstm_plugin"
+    for path in [EXAMPLE / "pyproject.toml", EXAMPLE / "setup.py",
+                 *sorted(package.glob("*.py")), *sorted(package.glob("*.cpp"))]:
+        digest.update(path.relative_to(EXAMPLE).as_posix().encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -38,15 +39,18 @@ def cpp_site() -> Path:
     site = Path(tempfile.gettempdir()) / f"rnnexp-cpp-lstm-plugin-{_fingerprint()}"
     if not (site / "cpp_lstm_plugin").is_dir():
         building = Path(tempfile.mkdtemp(prefix=site.name + ".building-"))
+        # pip builds in the source folder: a copy, so the checkout gets no build files.
+        source = shutil.copytree(EXAMPLE, building / "source")
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-             "--no-build-isolation", "--target", str(building), str(EXAMPLE)],
+             "--no-build-isolation", "--target", str(building / "site"), str(source)],
             capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
         try:
-            building.rename(site)
+            (building / "site").rename(site)
         except OSError:  # another session moved its build into place first
-            shutil.rmtree(building, ignore_errors=True)
+            pass
+        shutil.rmtree(building, ignore_errors=True)
     return site
 
 

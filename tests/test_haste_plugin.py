@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -98,9 +99,11 @@ def test_rnnexp_verifies_it_with_gradients_in_nn_lstm_s_layout(documented_haste)
 def test_without_haste_it_is_refused_in_one_line(tmp_path, adapter):
     """Installed for real (pip --target); on this machine haste_pytorch is absent."""
     site = tmp_path / "site"
+    # pip builds in the source folder: a copy, so the checkout gets no build files.
+    source = shutil.copytree(ROOT / "examples" / "haste-lstm-plugin", tmp_path / "source")
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                           "--no-index", "--no-build-isolation", "--target", str(site),
-                          str(ROOT / "examples" / "haste-lstm-plugin")],
+                          str(source)],
                          capture_output=True, text=True, timeout=600)
     assert pip.returncode == 0, pip.stderr
     env = {**os.environ, "PYTHONPATH": str(site),

@@ -76,8 +76,10 @@ def test_an_installed_kernel_is_a_model_option_named_by_its_factory(toy_site):
 
 def test_entry_points_that_cannot_be_used_are_reported_once_and_left_out(toy_site):
     _, lines = toy_site
-    assert sorted(kernel_plugins.installed()) == ["toy_gpu", "toy_lstm", "toy_own",
-                                                  "toy_relaid", "toy_wrong"]
+    # (Other plugins installed in this environment are not the test's business.)
+    toys = [name for name in kernel_plugins.installed() if name.startswith("toy_")]
+    assert sorted(toys) == ["toy_gpu", "toy_lstm", "toy_own", "toy_relaid", "toy_wrong"]
+    lines[:] = [ln for ln in lines if "toy_kernels" in ln]
     assert len(lines) == 4 and all(ln.startswith("rnnexp: kernel plugin skipped — ")
                                    for ln in lines)
     text = "\n".join(lines)
@@ -87,7 +89,7 @@ def test_entry_points_that_cannot_be_used_are_reported_once_and_left_out(toy_sit
     assert "toy_broken = toy_kernels_missing:KERNEL: cannot be loaded " \
            "(ModuleNotFoundError" in text
     kernel_plugins.register(report=lines.append)
-    assert len(lines) == 4
+    assert len(lines) == 4  # said once
 
 
 def test_a_kernel_gets_the_seeded_weights_reference_and_work_of_nn_lstm(toy_site):
