@@ -179,8 +179,8 @@ def installed() -> dict[str, Kernel]:
 
 def declaring(target: Any) -> Optional[Kernel]:
     """The installed kernel whose factory `target` (a `_target_` path) is, if any."""
-    if not isinstance(target, str):
-        return None
+    if not isinstance(target, str) or target.startswith("rnnexp."):
+        return None  # a built-in model: no need to look at what is installed
     return next((k for k in installed().values() if k.factory_path == target), None)
 
 

@@ -131,7 +131,8 @@ def check_target(field: str, target: Any, hydra: bool = False) -> Any:
         raise _refuse(field, f"must name a class or function, got {target!r}")
     role = _role(field)
     prefixes = allowed_prefixes() + (role[2] if role else ())
-    if field == "model.build" and _declared_kernel(target):
+    if field == "model.build" and not target.startswith(prefixes) and \
+            _declared_kernel(target):
         prefixes += (target,)  # an installed plugin declares it (rnnexp.kernel_plugins)
     if not target.startswith(prefixes):
         raise _refuse(field, f"'{target}' is outside rnnexp")
