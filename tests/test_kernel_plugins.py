@@ -14,7 +14,7 @@ from rnnexp import config_check, job, kernel_plugins, verify
 from rnnexp.errors import ConfigError, UnsupportedError
 from rnnexp.exit_codes import JOB_FAILED, USER_ERROR
 from rnnexp.models.inputs import elem_bytes
-from rnnexp.models.work import lstm_work
+from rnnexp.models.work import gru_work, lstm_work
 from rnnexp.results import INVALID
 from tests.conftest import TINY, compose_cfg, load_results
 
@@ -24,6 +24,7 @@ toy_lstm = toy_kernels:LSTM
 toy_wrong = toy_kernels:WRONG
 toy_relaid = toy_kernels:RELAID
 toy_own = toy_kernels:OWN
+toy_gru = toy_kernels:GRU
 toy_gpu = toy_kernels:GPU
 toy_clash = toy_kernels:CLASH
 toy_twice = toy_kernels:TWICE
@@ -78,7 +79,8 @@ def test_entry_points_that_cannot_be_used_are_reported_once_and_left_out(toy_sit
     _, lines = toy_site
     # (Other plugins installed in this environment are not the test's business.)
     toys = [name for name in kernel_plugins.installed() if name.startswith("toy_")]
-    assert sorted(toys) == ["toy_gpu", "toy_lstm", "toy_own", "toy_relaid", "toy_wrong"]
+    assert sorted(toys) == ["toy_gpu", "toy_gru", "toy_lstm", "toy_own", "toy_relaid",
+                            "toy_wrong"]
     lines[:] = [ln for ln in lines if "toy_kernels" in ln]
     assert len(lines) == 4 and all(ln.startswith("rnnexp: kernel plugin skipped — ")
                                    for ln in lines)
@@ -116,6 +118,14 @@ def test_weights_in_another_layout_verify_with_gradients_mapped_back(toy_site):
     result = verified("model=toy_relaid", "shape.num_layers=2")
     assert result.status == "passed", result.detail
     assert "mapped back to nn.LSTM's" in result.detail
+
+
+def test_a_gru_kernel_is_verified_against_nn_gru_with_gru_work(toy_site):
+    p = planned("model=toy_gru", "shape.num_layers=2")
+    workload = job.build_workload(p.cfg, p.spec)
+    assert workload.work == gru_work(p.cfg.shape, elem_bytes(torch.float32))
+    result = verify.verify(workload, torch.float32, backward=True)
+    assert result.status == "passed", result.detail
 
 
 def test_a_kernel_with_its_own_reference_builds_its_whole_workload(toy_site):

@@ -1,9 +1,11 @@
-"""Kernel plugins for the tests, declared through a real entry point: tests install this
-module with a dist-info (entry_points.txt) on sys.path or PYTHONPATH (tests/test_kernel_plugins.py).
+"""Kernel plugins for the tests, declared through a real entry point: the tests install
+this module with a dist-info (entry_points.txt) on sys.path or PYTHONPATH
+(tests/test_kernel_plugins.py).
 
-`lstm` is a correct plain-torch LSTM in nn.LSTM's layout; `wrong_lstm` swaps the forget and
-cell gates; `relaid_lstm` keeps its weights in another layout (gates i, g, f, o, transposed,
-one bias), as GPU libraries do; `gpu_lstm` needs a library that is not installed."""
+`lstm` is a plain-torch LSTM in nn.LSTM's layout; `wrong` swaps its forget and cell gates;
+`gru` is nn.GRU's recurrence; `relaid` keeps its weights in another layout (transposed,
+gates i, g, f, o, one bias), as GPU libraries do; GPU needs a library that is not installed;
+the last few declarations are each unusable in their own way."""
 
 from __future__ import annotations
 
@@ -71,6 +73,26 @@ def relaid(spec, weights):
     return forward
 
 
+def gru(spec, weights):
+    """nn.GRU's recurrence over per-layer (w_ih, w_hh, b_ih, b_hh), gates r, z, n."""
+    def forward(x, h0):
+        finals = []
+        for layer in range(len(weights) // 4):
+            w_ih, w_hh, b_ih, b_hh = weights[4 * layer: 4 * layer + 4]
+            h, outputs = h0[layer], []
+            for x_t in x:
+                i_r, i_z, i_n = (x_t @ w_ih.T + b_ih).chunk(3, 1)
+                h_r, h_z, h_n = (h @ w_hh.T + b_hh).chunk(3, 1)
+                r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+                n = torch.tanh(i_n + r * h_n)
+                h = (1 - z) * n + z * h
+                outputs.append(h)
+            x = torch.stack(outputs)
+            finals.append(h)
+        return x, torch.stack(finals)
+    return forward
+
+
 def needs_toylib(spec, weights):
     raise AssertionError("never built: its plugin says it cannot run here")
 
@@ -82,6 +104,7 @@ def own(spec):
 LSTM = Kernel(name="toy_lstm", factory=lstm, computes="lstm", backends=("aten",))
 WRONG = Kernel(name="toy_wrong", factory=wrong, computes="lstm")
 RELAID = Kernel(name="toy_relaid", factory=relaid, computes="lstm", layout=to_relaid)
+GRU = Kernel(name="toy_gru", factory=gru, computes="gru")
 OWN = Kernel(name="toy_own", factory=own, computes="lstm", reference="own")
 GPU = Kernel(name="toy_gpu", factory=needs_toylib, computes="lstm", devices=("cuda",),
              requires=lambda: "toylib is not installed")
