@@ -53,7 +53,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from rnnexp import config_check, execution, job, roofline, schema, stats
+from rnnexp import config_check, execution, job, kernel_plugins, roofline, schema, stats
 from rnnexp.results import RESULTS_FILE, Result, TimingInfo
 from rnnexp.timing import PerfCounterClock, Timer, block_for
 
@@ -251,6 +251,7 @@ def fastrnns(rounds: int, tmp: Path, baseline: Path | None) -> None:
 
 def planned(overrides: Sequence[str]) -> job.Plan:
     schema.register(with_deepbench=False)  # storing DeepBench's problems: 0.19 s a call
+    kernel_plugins.register()
     (cfg,) = config_check.check(list(overrides), multirun=False)
     choices = dict(o.split("=", 1) for o in overrides if "." not in o.split("=", 1)[0])
     return job.plan(cfg, choices, list(overrides))

@@ -32,6 +32,7 @@ from rnnexp import (
     exit_codes,
     isolation,
     job,
+    kernel_plugins,
     launch,
     placement,
     schedule,
@@ -246,6 +247,7 @@ def say_how_long(planned: job.Plan) -> None:
 
 def main() -> None:
     schema.register(with_deepbench=any("deepbench" in arg for arg in sys.argv[1:]))
+    kernel_plugins.register()  # model=<name> of every installed kernel plugin
     # Credentials leave the tracking URI before Hydra records the command line anywhere.
     sys.argv[1:] = credentials.take_from_process(sys.argv[1:])
     signals.install()

@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rnnexp import compositions, credentials, sinks, targets
+from rnnexp import compositions, credentials, kernel_plugins, sinks, targets
 from rnnexp.errors import ConfigError, RnnexpError, full_error
 from rnnexp.identity import MeasurementKey, duplicates
 from rnnexp.report import print_warning
@@ -325,7 +325,8 @@ def check(overrides: Sequence[str], multirun: bool, config_path: str | None = No
             targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
             config = validate(cfg)
             sinks.check(config.sinks)
-            targets.bind("model.build", config.model.build, None)  # None: the spec
+            targets.bind("model.build", config.model.build,  # None: the spec (and weights)
+                         *kernel_plugins.factory_args(config.model.build))
             _VALIDATED[_key(job)] = config
             configs.append(config)
     for same in duplicates([MeasurementKey.of_config(c) for c in configs]):

@@ -18,11 +18,12 @@ from typing import Any, Optional
 import torch
 from omegaconf import OmegaConf
 
-from rnnexp import memory, targets, verify
+from rnnexp import kernel_plugins, memory, targets, verify
 from rnnexp import platform as platform_mod
 from rnnexp.backends.base import Backend
 from rnnexp.device import check_model_placement, resolve_device, torch_dtype
 from rnnexp.errors import ConfigError
+from rnnexp.models import plugin
 from rnnexp.schema import Config
 from rnnexp.workload import Workload, WorkloadSpec
 
@@ -46,7 +47,13 @@ def make_backend(cfg: Config, plat: platform_mod.Platform, device: torch.device)
 
 
 def build_workload(cfg: Config, spec: WorkloadSpec) -> Workload:
-    workload = targets.call("model.build", cfg.model.build, spec)
+    kernel = kernel_plugins.of_model(cfg.model.build)
+    if kernel is not None:  # a plugin's kernel, given what the built-ins are given
+        targets.bind("model.build", cfg.model.build, *kernel_plugins.factory_args(
+            cfg.model.build))
+        workload = plugin.build(kernel, spec, targets.options_of(cfg.model.build))
+    else:
+        workload = targets.call("model.build", cfg.model.build, spec)
     if spec.reference_math:  # decided at plan time (verify.reference_plan)
         workload.reference_math = spec.reference_math
         workload.verify_note = "; ".join(filter(None, [workload.verify_note,
@@ -99,6 +106,9 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
     device = resolve_device(cfg.device, plat)
     check_model_placement(choices.get("model", "?"), cfg.model, device, cfg.dtype, plat)
     backend = make_backend(cfg, plat, device)
+    kernel = kernel_plugins.of_model(cfg.model.build)
+    if kernel is not None:  # what its plugin declares, before the backend's own checks
+        kernel.check(choices.get("model", "?"), device.type, backend.name, cfg.dtype.value)
     backend.check(choices.get("model", "?"), cfg.model)
     # Every process the scheduler may start for this configuration is alive at once.
     memory.check(cfg, device, varlen=varlen(cfg),

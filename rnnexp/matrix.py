@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rnnexp import job, schema
+from rnnexp import job, kernel_plugins, schema
 from rnnexp.config_check import CONF_DIR, CONFIG_NAME, group_options
 from rnnexp.errors import RnnexpError
 from rnnexp.platform import Platform
@@ -33,6 +33,7 @@ def support(models: Sequence[str], backends: Sequence[str], device: str = "auto"
     """{(model, backend): "" if it runs here, else the one-line reason}; `extra` overrides
     (e.g. dtype=bfloat16) apply to every cell. `progress` advances once a cell."""
     schema.register()
+    kernel_plugins.register()
     cells = {}
     task = progress.add_task("checking", total=len(models) * len(backends)) \
         if progress else None

@@ -6,7 +6,8 @@ package (or in a module prefix listed in `RNNEXP_TARGETS`, comma-separated, for 
 extensions), named by the path it is defined at — never a path through a module's imports
 (`rnnexp.cli.os.system` is `os.system`). Where a node has a role, the target must also fill
 it: a sink is a `Sink` subclass, a backend a `Backend` (or a factory of rnnexp.backends), a
-model factory a function of rnnexp.models; Hydra's callbacks, launcher and sweeper (which
+model factory a function of rnnexp.models or the factory an installed kernel plugin declares
+(rnnexp.kernel_plugins); Hydra's callbacks, launcher and sweeper (which
 Hydra instantiates itself) its own `Callback`, `Launcher` and `Sweeper` classes, which may
 also come from Hydra and its plugins. Hydra instantiates nested `_target_`s of the nodes it
 builds before the node itself, so those nodes may hold none; elsewhere nested `_target_`s are
@@ -100,7 +101,9 @@ def _role(field: str) -> Optional[tuple[str, Callable[[Any], bool], tuple[str, .
         return "a Backend (or a factory in rnnexp.backends)", \
             lambda o: backend(o) or (inspect.isfunction(o) and factory(o)), ()
     if field == "model.build":
-        return "a model factory of rnnexp.models", function_in("rnnexp.models."), ()
+        models = function_in("rnnexp.models.")
+        return "a model factory of rnnexp.models (or of an installed kernel plugin)", \
+            lambda o: models(o) or _declared_kernel(f"{o.__module__}.{o.__qualname__}"), ()
     if field.startswith("hydra.callbacks.") and field.count(".") == 2:
         return "a Hydra Callback", subclass("hydra.experimental.callback", "Callback"), \
             HYDRA_PREFIXES
@@ -112,6 +115,15 @@ def _role(field: str) -> Optional[tuple[str, Callable[[Any], bool], tuple[str, .
     return None
 
 
+def _declared_kernel(path: str) -> bool:
+    """An installed package declares `path` as a kernel's factory (entry point group
+    rnnexp.kernels): admitted for model.build because it is installed, not because a config
+    names it."""
+    from rnnexp import kernel_plugins
+
+    return kernel_plugins.declaring(path) is not None
+
+
 def check_target(field: str, target: Any, hydra: bool = False) -> Any:
     """What `target` names, if a node at `field` may name it; ConfigError naming `field`
     otherwise. Nothing is called. (`hydra` is kept for callers; the field says it.)"""
@@ -119,6 +131,9 @@ def check_target(field: str, target: Any, hydra: bool = False) -> Any:
         raise _refuse(field, f"must name a class or function, got {target!r}")
     role = _role(field)
     prefixes = allowed_prefixes() + (role[2] if role else ())
+    if field == "model.build" and not target.startswith(prefixes) and \
+            _declared_kernel(target):
+        prefixes += (target,)  # an installed plugin declares it (rnnexp.kernel_plugins)
     if not target.startswith(prefixes):
         raise _refuse(field, f"'{target}' is outside rnnexp")
     obj = _lookup(field, target)

@@ -15,11 +15,12 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from rnnexp import schema
+from rnnexp import kernel_plugins, schema
 from rnnexp.config_check import CONF_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 schema.register()
+kernel_plugins.register()
 
 # Tiny sizes: every model runs forward+backward in milliseconds.
 TINY = ["shape=small", "bench=quick"]
