@@ -80,7 +80,8 @@ def untimed_runs(workload: Workload, device: torch.device, runs: int,
         if record is not None:
             synchronize(device)
             record.append((time.perf_counter() - call) * 1e3)
-    synchronize(device)
+    if record is None:  # else the last call's synchronise did it
+        synchronize(device)
     seconds = time.perf_counter() - t0
     workload.zero_grad()
     return seconds
