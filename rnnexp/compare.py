@@ -16,6 +16,9 @@ otherwise; Holm-corrected across all cells. A cell is a speedup, "~" (the interv
 within ±`--min-effect`) or "cannot tell ±X%" (the interval is that wide here).
 `--fail-on-regression PCT` exits with code 3 when any cell is significantly slower than its
 baseline by PCT% or more, for CI gates.
+A second table shows each run's peak memory per phase and start-up (time to first result,
+compile time, steady iteration) and, against a baseline, the break-even: after how many
+iterations the run, start-up included, has cost less than its baseline (rnnexp.compile_cost).
 The chart is saved (and logged to the sweep's parent run when it is in MLflow): with a
 baseline, both sides of every cell and the speedup; with `--roofline` the sweep's roofline
 chart (rnnexp.roofline_chart) too.
@@ -35,7 +38,15 @@ from mlflow.exceptions import MlflowException
 from rich.markup import escape
 from rich.table import Table
 
-from rnnexp import compare_chart, exit_codes, roofline_chart, significance, summary, sweeps
+from rnnexp import (
+    compare_chart,
+    compare_costs,
+    exit_codes,
+    roofline_chart,
+    significance,
+    summary,
+    sweeps,
+)
 from rnnexp.credentials import redact
 from rnnexp.errors import RnnexpError, crash_line, full_error
 from rnnexp.report import console, print_error, print_warning
@@ -422,6 +433,8 @@ def compare(args: argparse.Namespace) -> int:
         console.print(table(c.runs, c.bases, c.cells, c.title, keys))
         if c.cells:
             console.print(how_judged(c.cells), highlight=False, markup=False)
+        if compare_costs.recorded(c.runs):
+            console.print(compare_costs.table(c.runs, c.bases, keys, c.title))
         png = args.output or Path("outputs/compare") / chart_name(c.sweep, args)
         draw_chart(c, keys, png, stores.client)
         if args.roofline:

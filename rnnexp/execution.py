@@ -5,6 +5,7 @@ that was declined, crashed or was interrupted."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -108,7 +109,11 @@ def conclude(p: job.Plan, m: schedule.Measured, history: History, started: datet
         duration_s=duration_s,
         profile=m.profile,
         interleaving=m.interleaving,
+        memory=m.memory,
     )
+    if ready.start is not None:  # steady: the median the timed samples give
+        result.compile_cost = dataclasses.replace(ready.start,
+                                                  steady_ms=result.rate_phase.median_ms)
     history.add(cfg, status, env, phases)
     return result
 

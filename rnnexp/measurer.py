@@ -14,7 +14,9 @@ from typing import Any, Optional
 
 import torch
 
-from rnnexp import job, profiling
+from rnnexp import job, phase_memory, profiling
+from rnnexp.compile_cost import CompileCost
+from rnnexp.phase_memory import PhaseMemory
 from rnnexp.platform import Platform
 from rnnexp.profiling import ProfileInfo
 from rnnexp.timing import Samples, Timer, block_for, clock_for
@@ -41,6 +43,9 @@ class Ready:
     # The interpreter's platform, when a worker ran under another one than the job's
     # (bench.python): its torch and device versions are the measurement's.
     platform: Optional[Platform] = None
+    # This process's start-up: build, compile, untimed calls (steady_ms comes from the
+    # timed samples later).
+    start: Optional[CompileCost] = None
 
 
 @dataclass
@@ -56,6 +61,7 @@ class Finished:
     # timed, not its compilation).
     recompiled: str = ""
     profile: Optional[ProfileInfo] = None  # the first process's, with bench.profile
+    memory: Optional[PhaseMemory] = None  # the first process's, with bench.memory
 
 
 class Measurer:
@@ -72,7 +78,9 @@ class Measurer:
             torch.set_num_threads(cfg.bench.num_threads)
         self._stack.enter_context(p.backend.context())
         t0 = time.perf_counter()
-        workload = p.backend.prepare(job.build_workload(cfg, p.spec))
+        built = job.build_workload(cfg, p.spec)
+        build_s = time.perf_counter() - t0
+        workload = p.backend.prepare(built)
         t1 = time.perf_counter()
         verification = None
         if self.verify_model:
@@ -95,7 +103,8 @@ class Measurer:
                      verification=verification,
                      block=block_for(iteration_ms, cfg.bench.block_ms), iteration_ms=iteration_ms,
                      threads=torch.get_num_threads(), clock=clock.name,
-                     setup_s=t1 - t0, verify_s=t2 - t1, warmup_s=t3 - t2)
+                     setup_s=t1 - t0, verify_s=t2 - t1, warmup_s=t3 - t2,
+                     start=start_of(p, workload, build_s))
 
     def round(self, n: int, block: int) -> Round:
         """`n` timed samples of `block` iterations each (the scheduler gives every process
@@ -111,17 +120,29 @@ class Measurer:
         ran; then the context ends."""
         p, workload = self.p, self._workload
         try:
-            recompiled, profile = "", None
+            recompiled, profile, memory = "", None, None
             if workload is not None:
                 recompiled = p.backend.timed_changes(workload)
+                if p.cfg.bench.memory and self.verify_model:
+                    memory = phase_memory.measure(workload, p.device, p.cfg.bench.backward)
                 if p.cfg.bench.profile and self.verify_model:
                     profile = profiling.record(workload, p.device, p.cfg.bench.profile_iters,
                                                p.output_dir or Path.cwd())
                 p.backend.finish(workload)
-            return Finished(backend=p.backend.info(), recompiled=recompiled, profile=profile)
+            return Finished(backend=p.backend.info(), recompiled=recompiled, profile=profile,
+                            memory=memory)
         finally:
             self.close()
 
     def close(self) -> None:
         self._stack.close()
         self._workload = self._timer = None
+
+
+def start_of(p: job.Plan, workload, build_s: float) -> CompileCost:
+    """What this process paid before its first result: the build, the compiler's own
+    account, and every untimed call the backend made (the first one's wall apart)."""
+    calls = list(p.backend.untimed_ms)
+    return CompileCost(compiles=p.backend.compiles(workload), build_s=build_s,
+                       compile_s=p.backend.compile_seconds(workload),
+                       first_call_ms=calls[0] if calls else None, untimed_calls_ms=calls)

@@ -97,12 +97,32 @@ def _peak(result: Result) -> str:
     return f"{percent(roof.pct_peak_flops)} · {percent(roof.pct_peak_bandwidth)}"
 
 
+def _memory(result: Result) -> str:
+    """Peak MiB above the phase's start, forward · backward (the kind is in the caption)."""
+    mem = result.memory
+    if mem is None or not mem.kind:
+        return "—"
+    return " · ".join(_num(v, ".3g") for v in (mem.forward_mb, mem.backward_mb))
+
+
+def _start_up(result: Result) -> str:
+    """Seconds from the build to the first result, with the compiler's own share."""
+    cost = result.compile_cost
+    if cost is None or cost.time_to_first_s is None:
+        return "—"
+    first = f"{cost.time_to_first_s:.3g}"
+    return f"{first} ({cost.compile_s:.3g})" if cost.compile_s is not None else first
+
+
 def _ms(phase: PhaseStats) -> str:
     return format_ms(phase.median_ms, phase.iqr_ms) if phase.timed else "n/a"
 
 
 CAPTION = ("ms: median ± IQR/2 · rates at the median of forward+backward (forward alone if no "
            "backward) · % peak: GFLOP/s · GB/s as % of the device's measured GEMM · copy peaks")
+WIDE_CAPTION = ("peak MiB: above each phase's start, forward · backward (cuda_peak_mb: CUDA "
+                "allocator; rss_hwm_mb: process resident-set high-water mark) · first s: from the "
+                "build to the first result (compiling, as its compiler reports it)")
 
 
 def job_name(r: Result) -> str:
@@ -160,7 +180,7 @@ def results_table(results: Iterable[Result], title: str = "rnnexp", wide: bool =
     if wide:
         table.add_column("dtype", no_wrap=True)
     numbers = ["fwd ms", "bwd ms", "tokens/s"] + (["GFLOP/s", "GB/s"] if wide else []) + \
-        ["% peak"]
+        ["% peak"] + (["peak MiB", "first s"] if wide else [])
     for col in numbers:
         table.add_column(col, justify="right", no_wrap=True)
     if wide:
@@ -176,9 +196,11 @@ def results_table(results: Iterable[Result], title: str = "rnnexp", wide: bool =
             # Not a valid result: the times stay visible for diagnosis, struck through.
             times = [f"[strike dim]{t}[/]" if r.timed else t for t in times]
             rates = ["—"] * len(rates)
+        if wide:
+            rates += [_memory(r), _start_up(r)]
         extra = [r.dtype or "—"] if wide else []
         checked = [_verified(r)] if wide else []
         table.add_row(escape(name), *extra, *times, *rates, *checked,
                       status_cell(r, notes))
-    table.caption = "\n".join([CAPTION, *notes.lines()])
+    table.caption = "\n".join([CAPTION, *([WIDE_CAPTION] if wide else []), *notes.lines()])
     return table

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from rnnexp import stats
+from rnnexp.compile_cost import CompileCost
 from rnnexp.environment import Environment
 from rnnexp.errors import RnnexpError
+from rnnexp.phase_memory import PhaseMemory
 from rnnexp.platform import Platform
 from rnnexp.profiling import ProfileInfo
 from rnnexp.timing import Samples
@@ -25,7 +27,9 @@ from rnnexp.workload import Work
 
 RESULTS_FILE = "results.json"
 # 2: the code version moved from platform.extra.git_commit to a field of its own.
-SCHEMA_VERSION = 2
+# 3: peak memory per phase (memory) and the start-up and compile cost (compile_cost); absent
+# (null) in earlier files.
+SCHEMA_VERSION = 3
 
 # Status of a job.
 OK = "ok"  # timed, verified (or verification skipped on request)
@@ -285,6 +289,10 @@ class Result:
     # bench.profile=true: the trace file and the top operators (rnnexp/profiling.py).
     profile: Optional[ProfileInfo] = None
     interleaving: Optional[Interleaving] = None
+    # Peak memory per phase (rnnexp.phase_memory) and what the first process paid before
+    # its first result, with its steady iteration (rnnexp.compile_cost).
+    memory: Optional[PhaseMemory] = None
+    compile_cost: Optional[CompileCost] = None
 
     @property
     def label(self) -> str:
@@ -329,6 +337,8 @@ class Result:
             "duration_s": self.duration_s, "schema": self.schema,
             **({"profile": asdict(self.profile)} if self.profile else {}),
             **({"interleaving": asdict(self.interleaving)} if self.interleaving else {}),
+            "memory": plain(self.memory) or None,
+            "compile_cost": plain(self.compile_cost) or None,
         }
 
     @classmethod
@@ -358,6 +368,9 @@ class Result:
                          else None),
             "interleaving": (_from_dict(Interleaving, data["interleaving"])
                              if data.get("interleaving") else None),
+            "memory": _from_dict(PhaseMemory, data["memory"]) if data.get("memory") else None,
+            "compile_cost": (_from_dict(CompileCost, data["compile_cost"])
+                             if data.get("compile_cost") else None),
             "schema": SCHEMA_VERSION,
         })
 

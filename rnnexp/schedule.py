@@ -30,6 +30,7 @@ from rnnexp import environment, isolation, job, memory, stats, targets
 from rnnexp.drift import UNKNOWN, Drift
 from rnnexp.environment import Environment
 from rnnexp.measurer import Finished, Measurer, Ready, Round
+from rnnexp.phase_memory import PhaseMemory
 from rnnexp.profiling import ProfileInfo
 from rnnexp.results import Interleaving
 from rnnexp.schema import BenchConfig, Config
@@ -71,6 +72,7 @@ class Measured:
     environment: Optional[Environment] = None  # the machine around the timed samples
     recompiled: str = ""  # what some process compiled while timed ("" if none did)
     profile: Optional[ProfileInfo] = None
+    memory: Optional[PhaseMemory] = None
     # Set when the samples were taken in a sweep's interleaved rounds (rnnexp.interleave).
     interleaving: Optional[Interleaving] = None
 
@@ -215,7 +217,8 @@ class Configuration:
             ready=self.readies[0], per_process=self.per_process, backend=first.backend,
             stopped=self.stopped, wall_s=wall_s, setup_s=sum(r.setup_s for r in self.readies),
             warmup_s=sum(r.warmup_s for r in self.readies), timed_s=self.timed_s,
-            environment=env, profile=first.profile, interleaving=interleaving,
+            environment=env, profile=first.profile, memory=first.memory,
+            interleaving=interleaving,
             recompiled="; ".join(dict.fromkeys(f.recompiled for f in self.finished
                                                if f.recompiled)))
 

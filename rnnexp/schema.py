@@ -114,6 +114,9 @@ class BenchConfig:
     # during): a Chrome trace in the job folder and the top operators in results.json.
     profile: bool = False
     profile_iters: int = 3
+    # Peak memory of each phase, from one extra untimed iteration after timing
+    # (rnnexp.phase_memory: cuda_peak_mb on a GPU, rss_hwm_mb on a Linux CPU).
+    memory: bool = True
     quiet: QuietMode = QuietMode.warn
     quiet_timeout_s: float = 300.0
     # Place each result against its device's measured GEMM and copy peaks (rnnexp.roofline;
@@ -317,6 +320,8 @@ class InductorConfig(BackendConfig):
     # Let dynamo trace nn.LSTM/nn.GRU modules (torch._dynamo.config.allow_rnn) instead of
     # refusing them: the module itself is compiled, with its compile time and graph breaks.
     allow_rnn: bool = False
+    # false: compile into a new, empty inductor cache (a cold compile, as on a first run).
+    cache: bool = True
 
 
 # The project's MLflow store: a SQLite file at the project root, as an absolute URI (a

@@ -71,6 +71,8 @@ class Workload:
     # "tf32" float32 with TF32 matmuls (set by cudnn with allow_tf32); "emulated" the job's
     # half dtype emulated in float32 (chosen at plan time when the CPU is too slow for it).
     reference_math: str = ""
+    # Seconds torch.jit.script took while the factory built it (None: not scripted).
+    script_s: Optional[float] = None
 
     @property
     def has_backward(self) -> bool:

@@ -14,7 +14,7 @@ from tests.conftest import TINY
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 # Jobs each preset expands to, as composed here.
 JOBS = {"fastrnns": 7, "fastrnns_varlen": 3, "eltwise": 6, "quantized": 4, "backends": 6,
-        "hidden_sizes": 5, "deepbench": 110}
+        "hidden_sizes": 5, "deepbench": 110, "compile_seq_len": 6}
 
 
 def test_the_presets_the_project_promises_exist():
@@ -39,6 +39,14 @@ def test_quantized_preset_is_cpu_and_both_weight_types():
     assert {c.device.kind.value for c in configs} == {"cpu"}
     assert sorted((c.model.build["kind"], c.model.build["weight_dtype"]) for c in configs) == \
         [("GRU", "float16"), ("GRU", "qint8"), ("LSTM", "float16"), ("LSTM", "qint8")]
+
+
+def test_compile_preset_compiles_loop_models_cold_over_sequence_lengths():
+    configs = check(["+experiment=compile_seq_len"], multirun=False)
+    assert {c.backend.cache for c in configs} == {False}
+    assert sorted({c.shape.seq_len for c in configs}) == [2, 4, 8]
+    assert {c.model.form for c in configs} == {"loop"}
+    assert {c.backend._target_.rsplit(".", 1)[-1] for c in configs} == {"Inductor"}
 
 
 def test_deepbench_holds_its_published_lstm_and_gru_problems():
@@ -84,6 +92,8 @@ RUNS = {
     "quantized": [],
     "backends": ["backend=aten,cudnn,miopen,jit,te"],
     "hidden_sizes": [],
+    # One cold inductor compile, the shortest loop.
+    "compile_seq_len": ["model=jit", "shape.seq_len=2"],
     "deepbench": ["+deepbench=train_lstm_h512_b16_t25,server_gru_h512_b1_t1,"
                   "device_lstm_h256_b1_t150", "deepbench.scale=0.05"],
 }
@@ -101,6 +111,10 @@ def test_every_preset_runs(preset, run_cli, tmp_path):
     statuses = [r["status"] for r in results]
     assert set(statuses) <= {"ok", "unsupported"}, [(r["status"], r["reason"]) for r in results]
     assert "ok" in statuses
+    if preset == "compile_seq_len":  # a cold compile, recorded apart from the first call
+        (start,) = [r["compile_cost"] for r in results]
+        assert start["compiles"] and 0 < start["compile_s"] <= start["first_call_ms"] / 1e3
+        assert results[0]["backend"]["cache"] is False
     if preset == "backends":  # what this machine cannot run is declined with its reason
         declined = {r["choices"]["backend"]: r["reason"] for r in results
                     if r["status"] == "unsupported"}

@@ -58,9 +58,12 @@ def full_fp32_matmuls() -> Iterator[None]:
             matmul.fp32_precision = old
 
 
-def untimed_runs(workload: Workload, device: torch.device, runs: int) -> float:
+def untimed_runs(workload: Workload, device: torch.device, runs: int,
+                 record: list[float] | None = None) -> float:
     """`runs` forward(+backward) calls off the clock; seconds they took, GPU work included
-    (synchronised before the clock is read). Gradients are cleared afterwards.
+    (synchronised before the clock is read). Gradients are cleared afterwards. `record`
+    gets each call's wall time in ms (synchronised after each call: a job's start-up,
+    rnnexp.compile_cost).
 
     Grad mode as the timer will have it: a workload built without gradients
     (bench.backward=false) or without a backward is timed under no_grad, and a compiled or
@@ -68,12 +71,17 @@ def untimed_runs(workload: Workload, device: torch.device, runs: int) -> float:
     backward = workload.has_backward and any(p.requires_grad for p in workload.params)
     t0 = time.perf_counter()
     for _ in range(runs):
+        call = time.perf_counter()
         with torch.set_grad_enabled(backward):
             outputs = workload.run_forward()
         if backward:
             workload.backward(*workload.backward_setup(outputs))  # type: ignore[misc]
         del outputs
-    synchronize(device)
+        if record is not None:
+            synchronize(device)
+            record.append((time.perf_counter() - call) * 1e3)
+    if record is None:  # else the last call's synchronise did it
+        synchronize(device)
     seconds = time.perf_counter() - t0
     workload.zero_grad()
     return seconds
@@ -97,6 +105,8 @@ class Backend:
         self.device = device
         self.dtype = dtype
         self.first_call_s: float | None = None
+        # Each untimed call made in `prepare`, in ms (rnnexp.compile_cost).
+        self.untimed_ms: list[float] = []
         self.matmul_fp32_precision: str | None = None  # read inside context()
 
     def check(self, model_name: str, model: ModelConfig) -> None:
@@ -124,8 +134,18 @@ class Backend:
         return []
 
     def prepare(self, workload: Workload) -> Workload:
-        self.first_call_s = untimed_runs(workload, self.device, self.FIRST_CALLS)
+        self.first_call_s = untimed_runs(workload, self.device, self.FIRST_CALLS,
+                                         self.untimed_ms)
         return workload
+
+    def compiles(self, workload: Workload) -> bool:
+        """Whether this job's model was compiled or scripted (its start-up is a compile)."""
+        return workload.script_s is not None
+
+    def compile_seconds(self, workload: Workload) -> float | None:
+        """Seconds spent compiling as the compiler reports them (None: nothing compiled):
+        torch.jit.script's, timed where the model's factory scripted it."""
+        return workload.script_s
 
     def finish(self, workload: Workload) -> None:
         """After timing, still inside `context()`: record what actually ran (for `info`)."""

@@ -3,15 +3,24 @@
 
 Compilation happens in `prepare`: one forward and one backward run there, so both graphs
 are compiled before verification and timing, and the time it took is reported on its own
-(`compile_s`), never inside the timed iterations. Two more untimed calls follow: with
+(`compile_s`), never inside the timed iterations; dynamo's own account of the time it spent
+compiling within that call is `dynamo_compile_s`. Two more untimed calls follow: with
 CUDA graphs (mode=reduce-overhead/max-autotune) the first call after compiling warms up and
 the next records the graph, which must not happen in timed iteration 0 either.
+
+`cache=false` compiles into a new, empty inductor cache folder (TORCHINDUCTOR_CACHE_DIR,
+read by inductor at each use), so an earlier run's compiled graphs and C++ objects are not
+loaded: the compile is cold, as a first run on a machine is.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import tempfile
 import time
+from typing import Iterator
 
 import torch
 
@@ -29,11 +38,13 @@ class Inductor(Backend):
     AFTER_COMPILE_CALLS = 2
 
     def __init__(self, plat: Platform, device: torch.device, mode: str = "default",
-                 allow_rnn: bool = False, **options):
+                 allow_rnn: bool = False, cache: bool = True, **options):
         super().__init__(plat, device, **options)
         self.mode = getattr(mode, "value", mode)  # an InductorMode from the schema
         self.allow_rnn = allow_rnn
+        self.cache = bool(cache)
         self.compile_s: float | None = None
+        self.dynamo_compile_s: float | None = None
         self.dynamic = False
         self.dynamo: dict = {}
 
@@ -82,14 +93,18 @@ class Inductor(Backend):
         self.dynamic = workload.dynamic_shapes
         self.check_cudagraphs("this model", self.dynamic)  # a workload built in code too
         workload.forward = torch.compile(workload.forward, mode=self.mode, dynamic=self.dynamic)
+        spent = dynamo_compile_seconds()
         t0 = time.perf_counter()
         try:
-            untimed_runs(workload, self.device, 1)
+            with contextlib.nullcontext() if self.cache else empty_cache():
+                untimed_runs(workload, self.device, 1, self.untimed_ms)
         except Exception as err:
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             self.refuse(f"could not compile this model: {type(err).__name__}: {first}")
         self.compile_s = time.perf_counter() - t0
-        self.first_call_s = untimed_runs(workload, self.device, self.AFTER_COMPILE_CALLS)
+        self.dynamo_compile_s = dynamo_compile_seconds() - spent
+        self.first_call_s = untimed_runs(workload, self.device, self.AFTER_COMPILE_CALLS,
+                                         self.untimed_ms)
         counters = torch._dynamo.utils.counters
         self.dynamo = {"graphs": int(counters["stats"].get("unique_graphs", 0)),
                        "graph_breaks": int(sum(counters["graph_break"].values())),
@@ -102,6 +117,12 @@ class Inductor(Backend):
             self.refuse(f"compiled nothing for this model (dynamo: {why.splitlines()[0]})",
                         "backend=aten", "a loop model such as model=py")
         return workload
+
+    def compiles(self, workload: Workload) -> bool:
+        return True
+
+    def compile_seconds(self, workload: Workload) -> float | None:
+        return self.dynamo_compile_s
 
     def timed_start(self, workload: Workload) -> None:
         self._compiles_before = compile_counts()
@@ -133,7 +154,8 @@ class Inductor(Backend):
         rnn = ({"allow_rnn": True, **({"onednn": False} if self.device.type == "cpu" else {})}
                if self.allow_rnn else {})
         return {**super().info(), "mode": self.mode, "dynamic": self.dynamic,
-                "compile_s": self.compile_s, **rnn,
+                "compile_s": self.compile_s, "dynamo_compile_s": self.dynamo_compile_s,
+                "cache": self.cache, **rnn,
                 "warm_runs": self.AFTER_COMPILE_CALLS,
                 # compile_s includes the first forward+backward run it took to compile.
                 "compile_includes": "first forward+backward", **self.dynamo}
@@ -150,3 +172,24 @@ def compile_counts() -> dict[str, int]:
             "aot_graphs": int(c["aot_autograd"].get("total", 0)),
             "inductor_compiles": int(c["inductor"].get("fxgraph_cache_miss", 0)
                                      + c["inductor"].get("fxgraph_cache_hit", 0))}
+
+
+def dynamo_compile_seconds() -> float:
+    """Seconds dynamo has spent compiling in this process, forward and backward graphs
+    (its "total_wall_time": entire_frame_compile + entire_backward_compile)."""
+    return float(torch._dynamo.utils.calculate_time_spent().get("total_wall_time", 0.0))
+
+
+@contextlib.contextmanager
+def empty_cache() -> Iterator[None]:
+    """Inductor's caches in a new empty folder while inside (removed after)."""
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="rnnexp-inductor-") as folder:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous

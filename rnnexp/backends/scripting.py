@@ -44,11 +44,13 @@ class ScriptedRun:
     def context(self) -> ContextManager:
         return jitflags.in_force(self.flags)
 
-    def optimise(self, workload: Workload, device: torch.device) -> bool:
-        """Run a scripted model RUNS times off the clock; False if nothing is scripted."""
+    def optimise(self, workload: Workload, device: torch.device,
+                 record: list[float] | None = None) -> bool:
+        """Run a scripted model RUNS times off the clock (each call's ms into `record`);
+        False if nothing is scripted."""
         if scripted_module(workload) is None:
             return False
-        self.optimize_s = untimed_runs(workload, device, self.RUNS)
+        self.optimize_s = untimed_runs(workload, device, self.RUNS, record)
         self.summarise(workload)
         return True
 

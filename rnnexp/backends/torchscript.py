@@ -47,7 +47,7 @@ class TorchScriptBackend(Backend):
         return [self.scripted.context()]
 
     def prepare(self, workload: Workload) -> Workload:
-        self.scripted.optimise(workload, self.device)
+        self.scripted.optimise(workload, self.device, self.untimed_ms)
         return workload
 
     def finish(self, workload: Workload) -> None:

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from rnnexp.errors import ConfigError
 from rnnexp.models.cells import lstm_tail
 from rnnexp.models.inputs import REFERENCE_DTYPE, elem_bytes, reference_spec
-from rnnexp.models.loops import script
+from rnnexp.models.loops import script_if
 from rnnexp.models.work import eltwise_work
 from rnnexp.workload import Work, Workload, WorkloadSpec, seeded_grad_like
 
@@ -81,14 +81,9 @@ def reference(spec: WorkloadSpec, sample: int = 0, dynamic: bool = False,
                     backward=both_outputs_backward)
 
 
-def _module(spec: WorkloadSpec) -> nn.Module:
-    module = LSTMEltwise()
-    return script(module) if spec.script else module
-
-
 def _workload(cls, spec: WorkloadSpec, inputs: List[Tensor], work: Work, **extra) -> Workload:
-    module = _module(spec)
-    return cls(
+    module, script_s = script_if(LSTMEltwise(), spec)
+    return cls(script_s=script_s,
         inputs=tuple(inputs), params=list(inputs), forward=module, work=work,
         backward_setup=both_outputs_backward_setup(spec.seed), backward=both_outputs_backward,
         modules=(module,), reference=lambda dtype=REFERENCE_DTYPE: reference(spec, dtype=dtype),

@@ -11,6 +11,7 @@ eagerly or TorchScripted (`spec.script`, decided by the backend).
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, replace
 from typing import Callable, List, Optional, Tuple
@@ -116,6 +117,16 @@ def script(module: nn.Module) -> nn.Module:
         return torch.jit.script(module)
 
 
+def script_if(module: nn.Module, spec: WorkloadSpec) -> tuple[nn.Module, Optional[float]]:
+    """The module, scripted when the spec says so, and the seconds scripting took (None: not
+    scripted): a compiling backend's start-up (rnnexp.compile_cost)."""
+    if not spec.script:
+        return module, None
+    t0 = time.perf_counter()
+    module = script(module)
+    return module, time.perf_counter() - t0
+
+
 @dataclass(frozen=True)
 class CellKind:
     """What a cell needs around it: whose weights, how many states, work and reference."""
@@ -170,14 +181,12 @@ def cell_loop(spec: WorkloadSpec, cell: str = "lstm", dropout: float = 0.0,
     """
     kind = cell_kind(cell)
     loop = stacked_loop(spec, kind, dropout, keep_outputs=not final_state_only)
-    module: nn.Module = FinalStates(loop) if final_state_only else loop
-    if spec.script:
-        module = script(module)
+    module, script_s = script_if(FinalStates(loop) if final_state_only else loop, spec)
     x, *state = sequence_inputs(spec, states=kind.states)
     reference = _reference(spec, kind, final_state_only)
     workload = module_workload(module, (x, list(state)),
                                kind.work(spec.shape, elem_bytes(spec.dtype)),
-                               backward_seed=spec.seed, reference=reference)
+                               backward_seed=spec.seed, reference=reference, script_s=script_s)
     if dropout > 0.0:
         with_dropout_off_for_verification(workload, module, dropout)
     return workload
@@ -206,12 +215,10 @@ def varlen_loop(spec: WorkloadSpec, cell: str = "lstm") -> Workload:
     if kind.rnn != "LSTM" or kind.reference is not None:
         raise ConfigError("model.build.cell", f"'{cell}' has no variable-length reference",
                           "the reference is packed nn.LSTM: use an LSTM cell without LayerNorm")
-    module: nn.Module = VarlenLoop(stacked_loop(spec, kind))
-    if spec.script:
-        module = script(module)
+    module, script_s = script_if(VarlenLoop(stacked_loop(spec, kind)), spec)
     sequences, lengths, state = varlen_inputs(spec, states=kind.states)
     return module_workload(
         module, (sequences, list(state)),
         kind.work(spec.shape, elem_bytes(spec.dtype), tokens=int(lengths.sum())),
-        backward_seed=spec.seed,
+        backward_seed=spec.seed, script_s=script_s,
         reference=lambda dtype=REFERENCE_DTYPE: native_varlen_lstm(reference_spec(spec, dtype)))

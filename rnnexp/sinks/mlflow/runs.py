@@ -172,12 +172,18 @@ def key_metrics(result: Result) -> dict[str, float]:
 
 def metrics_of(result: Result) -> dict[str, float]:
     """The key metrics (key_metrics), then every statistic and rate of every phase
-    (fwd/iqr_ms, bwd/gflops, ...), the roofline placement (roofline/intensity, ...), the
-    verification error and the machine's state, each in its section."""
+    (fwd/iqr_ms, bwd/gflops, ...) with its peak memory (fwd/rss_hwm_mb, bwd/cuda_peak_mb),
+    the start-up and compile cost (compile/compile_s, compile/first_call_ms, ...), the
+    roofline placement (roofline/intensity, ...), the verification error and the machine's
+    state, each in its section."""
     metrics = key_metrics(result)
     for phase, prefix in PHASE_PREFIX.items():
         for key, value in result.phase(phase).metrics().items():
             metrics[f"{prefix}/{key}"] = value
+    if result.memory:
+        metrics.update(result.memory.metrics())
+    if result.compile_cost:
+        metrics.update({f"compile/{k}": v for k, v in result.compile_cost.metrics().items()})
     if result.roofline:
         metrics.update({f"roofline/{k}": v for k, v in result.roofline.metrics().items()})
     err = result.verification.max_abs_error if result.verification else None
