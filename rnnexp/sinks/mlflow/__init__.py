@@ -52,8 +52,9 @@ def _check_creatable(path: Path) -> None:
                           "writable folder)", "choose a writable folder")
 
 
-# The stores whose saved view this process has seen to: once each, failed or not.
-_VIEW_CHECKED: set[tuple[str, str]] = set()
+# The stores whose saved view this process has seen to (once each, failed or not): whether
+# the store holds it.
+_VIEW_SAVED: dict[tuple[str, str], bool] = {}
 
 
 class Mlflow(Sink):
@@ -137,11 +138,12 @@ class Mlflow(Sink):
         """The experiment's saved view (view.py), once per process: a failure to store it
         costs one warning line, never a run."""
         key = (self.uri, self.experiment)
-        if key in _VIEW_CHECKED:
+        if key in _VIEW_SAVED:
             return
-        _VIEW_CHECKED.add(key)
+        _VIEW_SAVED[key] = False
         try:
             view.save(client, exp_id)
+            _VIEW_SAVED[key] = True
         except Exception as err:
             from rnnexp.report import print_warning
 
@@ -150,11 +152,13 @@ class Mlflow(Sink):
                           "recorded; pick their columns in the UI instead")
 
     def _print_link(self, exp_id: str) -> None:
-        """`MLflow: <address of the saved view>`, and for a database store how to serve it."""
+        """`MLflow: <address of the saved view>` (of the runs table where the store lacks
+        it), and for a database store how to serve it."""
         from rnnexp.report import console
         from rnnexp.schema import PROJECT_TRACKING_URI
 
-        url = view.link(self.uri, exp_id)
+        url = view.link(self.uri, exp_id, shared=_VIEW_SAVED.get((self.uri, self.experiment),
+                                                                  False))
         if url is None:
             return
         if self.uri.split(":", 1)[0].lower() in ("http", "https"):

@@ -134,10 +134,10 @@ def save(client, exp_id: str) -> bool:
     return True
 
 
-def link(uri: str, exp_id: str) -> Optional[str]:
-    """The address that opens the view: on the tracking server itself for an HTTP store; on
-    `mlflow ui`'s default address for a database store; None for Databricks (its
-    workspace has other addresses)."""
+def link(uri: str, exp_id: str, shared: bool = True) -> Optional[str]:
+    """The address that opens the view (the plain runs table unless `shared`): on the
+    tracking server itself for an HTTP store; on `mlflow ui`'s default address for a
+    database store; None for Databricks (its workspace has other addresses)."""
     scheme = uri.split(":", 1)[0].lower()
     if scheme.startswith("databricks"):
         return None
@@ -147,4 +147,5 @@ def link(uri: str, exp_id: str) -> Optional[str]:
         base = f"{parts.scheme}://{host}{parts.path.rstrip('/')}"
     else:
         base = UI_ADDRESS
-    return f"{base}/#/experiments/{exp_id}/runs?viewStateShareKey={SHARE_KEY}"
+    runs = f"{base}/#/experiments/{exp_id}/runs"
+    return f"{runs}?viewStateShareKey={SHARE_KEY}" if shared else runs
