@@ -59,8 +59,9 @@ _LEADING = ("attributes.`Run Name`", "runDateAndNestInfo", "duration")
 
 
 def widths() -> dict[str, int]:
-    """Pixels that fit each metric's name (the UI's default cuts `fwd_median_ms` short)."""
-    return {column("metrics", m): 150 for m in KEY_METRICS}
+    """Pixels that fit each metric's name (the UI's default cuts `fwd_median_ms` short), and
+    a sweep's name up to its date."""
+    return {_LEADING[0]: 280, **{column("metrics", m): 150 for m in KEY_METRICS}}
 
 
 def _bar(metric: str) -> dict[str, Any]:
