@@ -2,8 +2,8 @@
 
 MLflow keeps the runs table's column choice in the browser and shows no metric until one is
 picked. A view stored as the experiment tag `mlflow.sharedViewState.<key>` is what the link
-`<ui>/#/experiments/<id>?viewStateShareKey=<key>` opens (and, from MLflow 3.17, what its
-*Views* menu lists by name). rnnexp stores one, `rnnexp`: the group params and the key
+`<ui>/#/experiments/<id>/runs?viewStateShareKey=<key>` opens (and, from MLflow 3.17, what
+its *Views* menu lists by name). rnnexp stores one, `rnnexp`: the group params and the key
 metrics (runs.KEY_METRICS) as columns, newest first, sweeps with their jobs folded in
 beneath them, and bar charts of the forward and backward medians first in the chart view.
 
@@ -32,8 +32,8 @@ NAME = "rnnexp: key metrics"
 GROUP_PARAMS = ("model", "backend", "shape", "device")
 STATUS_TAGS = ("status", "env.flags")
 CHARTED = ("fwd_median_ms", "bwd_median_ms")
-# MLflow's limit on an experiment tag value (5000 before MLflow 3 raised it; a server may
-# run an older MLflow than this client).
+# MLflow's limit on an experiment tag value: 5000 characters until a recent MLflow raised
+# it to 20000, and a server may run an older MLflow than this client.
 MAX_VALUE = 5000
 # Where `make ui` (and `mlflow ui` by default) serves a database store.
 UI_ADDRESS = "http://127.0.0.1:5000"
