@@ -16,10 +16,11 @@ from mlflow.tracking import MlflowClient
 from rnnexp import compare, sync
 from rnnexp.config_check import check
 from rnnexp.errors import ConfigError
-from rnnexp.results import CRASHED, INTERRUPTED, Result
+from rnnexp.results import CRASHED, INTERRUPTED, RESULTS_FILE, Result
 from rnnexp.schema import PROJECT_TRACKING_URI
 from rnnexp.sinks import Sweep
-from rnnexp.sinks.mlflow import Mlflow, runs, store
+from rnnexp.sinks import mlflow as mlflow_sink
+from rnnexp.sinks.mlflow import Mlflow, runs, store, view
 from tests.conftest import ROOT, TINY, free_port, load_results
 
 SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no CUDA here)
@@ -334,3 +335,111 @@ def test_the_experiment_opens_on_its_runs_in_the_mlflow_ui(tmp_path):
     client, exp_id = store.connect(sqlite(tmp_path / "mlflow.db"), "rnnexp")
     assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == \
         "custom_model_development"
+
+
+def view_of(client: MlflowClient, exp_id: str) -> tuple[dict, dict]:
+    """The saved view's tag parsed, and the view state in it (as MLflow 3.17 reads it)."""
+    value = json.loads(client.get_experiment(exp_id).tags[view.TAG])
+    return value, json.loads(value["state"])
+
+
+def test_a_sweep_leaves_a_saved_view_of_its_key_columns_and_prints_its_link(recorded_sweep):
+    tmp, proc = recorded_sweep
+    client, _, children = runs_of(sqlite(tmp / "mlflow.db"))
+    exp_id = children[0].info.experiment_id
+    links = [ln for ln in proc.stdout.splitlines() if ln.startswith("MLflow: ")]
+    assert links == [f"MLflow: http://127.0.0.1:5000/#/experiments/{exp_id}/runs?"
+                     f"viewStateShareKey=rnnexp  (mlflow ui --backend-store-uri "
+                     f"{sqlite(tmp / 'mlflow.db')})"]  # once, at the end
+    tag = client.get_experiment(exp_id).tags[view.TAG]
+    assert len(tag) <= view.MAX_VALUE  # what a server of an older MLflow takes
+    value, state = view_of(client, exp_id)
+    assert value["name"] == "rnnexp: key metrics" and isinstance(value["createdAt"], int)
+    # Every key metric a job has is a column, by MLflow's canonical key, in rnnexp's order.
+    key = [k for k in runs.KEY_METRICS if k in children[0].data.metrics]
+    assert {k for k in children[0].data.metrics if "/" not in k} == set(key)
+    metric_columns = [c for c in state["selectedColumns"] if c.startswith("metrics.")]
+    assert metric_columns == [f"metrics.`{k}`" for k in runs.KEY_METRICS]
+    assert metric_columns[:2] == ["metrics.`fwd_median_ms`", "metrics.`bwd_median_ms`"]
+    assert {"params.`model`", "params.`backend`", "params.`shape`", "params.`device`",
+            "tags.`status`"} <= set(state["selectedColumns"])
+    assert state["columnOrder"][3:] == state["selectedColumns"]
+    assert (state["orderByKey"], state["orderByAsc"]) == ("attributes.start_time", False)
+    assert [(c["type"], c["metricKey"]) for c in state["compareRunCharts"]] == \
+        [("BAR", "fwd_median_ms"), ("BAR", "bwd_median_ms")]
+    # UIs before saved views read the same view from the top level.
+    assert value["selectedColumns"] == state["selectedColumns"]
+    assert value["compareRunCharts"] == state["compareRunCharts"]
+
+
+def record_again(uri: str, folder: Path) -> None:
+    """One more job recorded by a new process's sink (nothing of the last one remembered)."""
+    mlflow_sink._VIEW_SAVED.clear()
+    store._CONNECTED.clear()
+    Mlflow(uri).on_job(Result.load(folder / RESULTS_FILE), folder, None)
+
+
+def test_later_runs_leave_the_view_as_it_is_until_rnnexp_changes_it(recorded_sweep,
+                                                                     tmp_path):
+    tmp, _ = recorded_sweep
+    folder = next(p.parent for p in (tmp / "sweep").rglob(RESULTS_FILE)
+                  if json.loads(p.read_text())["status"] == "ok")
+    uri = sqlite(tmp_path / "mlflow.db")
+    record_again(uri, folder)
+    client, exp_id = store.connect(uri, "rnnexp")
+    first = client.get_experiment(exp_id).tags
+    record_again(uri, folder)
+    assert client.get_experiment(exp_id).tags == first  # not rewritten, nothing added
+    assert len(runs_of(uri)[2]) == 2
+
+    # A person saved their changes over it in the UI: kept.
+    client.set_experiment_tag(exp_id, view.TAG, first[view.TAG].replace("key metrics", "mine"))
+    record_again(uri, folder)
+    assert view_of(client, exp_id)[0]["name"] == "rnnexp: mine"
+
+    # rnnexp's view changed (an earlier version stored it): written anew, its age kept.
+    client.set_experiment_tag(exp_id, view.FINGERPRINT_TAG, "an-earlier-view")
+    record_again(uri, folder)
+    value, state = view_of(client, exp_id)
+    assert value["name"] == "rnnexp: key metrics" and state == view.state()
+    assert value["createdAt"] == json.loads(first[view.TAG])["createdAt"] <= value["updatedAt"]
+    assert client.get_experiment(exp_id).tags[view.FINGERPRINT_TAG] == view.fingerprint()
+    assert len(runs_of(uri)[2]) == 4
+
+
+def test_a_store_that_refuses_the_view_still_records_the_run(recorded_sweep, tmp_path,
+                                                             capsys):
+    import sqlite3
+
+    tmp, _ = recorded_sweep
+    folder = next((tmp / "sweep").rglob(RESULTS_FILE)).parent
+    uri = sqlite(tmp_path / "mlflow.db")
+    store.connect(uri, "rnnexp")  # the schema, then a database that refuses view tags
+    with sqlite3.connect(tmp_path / "mlflow.db") as db:
+        for event in ("INSERT", "UPDATE"):
+            db.execute(f"CREATE TRIGGER refuse_{event.lower()} BEFORE {event} ON "
+                       "experiment_tags WHEN NEW.key LIKE 'mlflow.sharedViewState.%' "
+                       "BEGIN SELECT RAISE(ABORT, 'view tags refused here'); END")
+    capsys.readouterr()
+    record_again(uri, folder)
+    out, err = capsys.readouterr()
+    warnings = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: MLflow view 'rnnexp' not "
+                                                         "saved (")
+    assert "view tags refused here" in warnings[0] and "Traceback" not in err
+    client, _, children = runs_of(uri)
+    assert len(children) == 1 and children[0].info.status == "FINISHED"
+    assert view.TAG not in client.get_experiment(children[0].info.experiment_id).tags
+    # The link then opens the plain runs table, not a view the store lacks.
+    assert "MLflow: http://127.0.0.1:5000/#/experiments/" in out
+    assert "viewStateShareKey" not in out
+
+
+def test_the_view_link_is_on_the_server_without_its_credentials():
+    assert view.link("http://user:s3cret@mlflow.example:5000/", "7") == \
+        "http://mlflow.example:5000/#/experiments/7/runs?viewStateShareKey=rnnexp"
+    assert view.link("https://host/mlflow", "7", shared=False) == \
+        "https://host/mlflow/#/experiments/7/runs"
+    assert view.link("postgresql://u:pw@db/mlflow", "3").startswith(
+        "http://127.0.0.1:5000/#/experiments/3/runs")
+    assert view.link("databricks", "3") is None

@@ -16,7 +16,7 @@ from rnnexp import credentials, platform
 from rnnexp.errors import ConfigError
 from rnnexp.results import RESULTS_FILE, Result
 from rnnexp.sinks import Jobs, Sink, Sweep
-from rnnexp.sinks.mlflow import runs, store
+from rnnexp.sinks.mlflow import runs, store, view
 
 
 def check_uri(uri: str) -> None:
@@ -52,6 +52,11 @@ def _check_creatable(path: Path) -> None:
                           "writable folder)", "choose a writable folder")
 
 
+# The stores whose saved view this process has seen to (once each, failed or not): whether
+# the store holds it.
+_VIEW_SAVED: dict[tuple[str, str], bool] = {}
+
+
 class Mlflow(Sink):
     @classmethod
     def check_options(cls, uri: str, experiment: str = "rnnexp") -> None:
@@ -84,6 +89,7 @@ class Mlflow(Sink):
                 if not (state["run_id"] and runs.reopen_parent(client, state["run_id"])):
                     state["run_id"] = runs.open_parent(client, exp_id, sweep,
                                                        platform.git_commit())
+                self._save_view(client, exp_id)
         except Exception as err:
             store.warn_offline(self.uri, err, sweep.path)
             # Jobs then skip the store instead of each waiting on it and warning again.
@@ -99,6 +105,9 @@ class Mlflow(Sink):
             with self.client() as (client, exp_id):
                 runs.log_result(client, exp_id, result, output_dir,
                                 parent_run_id=state.get("run_id"))
+                self._save_view(client, exp_id)
+                if sweep is None:  # a sweep's link comes once, at its end
+                    self._print_link(exp_id)
         except Exception as err:
             store.warn_offline(self.uri, err, output_dir)
 
@@ -107,8 +116,9 @@ class Mlflow(Sink):
         if not run_id:
             return
         try:
-            with self.client() as (client, _):
+            with self.client() as (client, exp_id):
                 runs.close_parent(client, run_id, jobs, sweep.path)
+                self._print_link(exp_id)
         except Exception as err:
             store.warn_offline(self.uri, err, sweep.path)
 
@@ -123,6 +133,41 @@ class Mlflow(Sink):
                 runs.end_parent(client, run_id, result)
         except Exception as err:
             store.warn_offline(self.uri, err, sweep.path)
+
+    def _save_view(self, client, exp_id: str) -> None:
+        """The experiment's saved view (view.py), once per process: a failure to store it
+        costs one warning line, never a run."""
+        key = (self.uri, self.experiment)
+        if key in _VIEW_SAVED:
+            return
+        _VIEW_SAVED[key] = False
+        try:
+            view.save(client, exp_id)
+            _VIEW_SAVED[key] = True
+        except Exception as err:
+            from rnnexp.report import print_warning
+
+            print_warning(f"MLflow view '{view.SHARE_KEY}' not saved "
+                          f"({credentials.redact(store.short_reason(err))}) — the runs are "
+                          "recorded; pick their columns in the UI instead")
+
+    def _print_link(self, exp_id: str) -> None:
+        """`MLflow: <address of the saved view>` (of the runs table where the store lacks
+        it), and for a database store how to serve it."""
+        from rnnexp.report import console
+        from rnnexp.schema import PROJECT_TRACKING_URI
+
+        url = view.link(self.uri, exp_id, shared=_VIEW_SAVED.get((self.uri, self.experiment),
+                                                                  False))
+        if url is None:
+            return
+        if self.uri.split(":", 1)[0].lower() in ("http", "https"):
+            serve = ""
+        elif self.uri == PROJECT_TRACKING_URI:
+            serve = "  (make ui)"
+        else:
+            serve = f"  (mlflow ui --backend-store-uri {credentials.redact(self.uri)})"
+        console.print(f"MLflow: {url}{serve}", highlight=False, markup=False, soft_wrap=True)
 
     def upload(self, jobs: Jobs, sweep: Optional[Sweep]) -> tuple[int, int]:
         """Upload saved results (a run folder, or a sweep's jobs under its parent run, made if
@@ -151,5 +196,7 @@ class Mlflow(Sink):
                 done.append(True)
             if parent and (new_parent or any(done)):
                 runs.close_parent(client, parent, jobs, sweep.path)  # type: ignore[union-attr]
+            self._save_view(client, exp_id)
+            self._print_link(exp_id)
         return sum(done), len(done) - sum(done)
 

@@ -154,6 +154,8 @@ def environment_metrics(result: Result) -> dict[str, float]:
 # apart from the sections (fwd/, bwd/, total/, roofline/, env/, samples/) holding the rest.
 KEY_RATES = ("tokens_per_s", "gflops", "gbps")
 KEY_ROOFLINE = ("pct_peak_flops", "pct_peak_bandwidth")
+# Every name key_metrics can give, in the order the UI's saved view shows them (view.py).
+KEY_METRICS = (*(f"{p}_median_ms" for p in PHASE_PREFIX.values()), *KEY_RATES, *KEY_ROOFLINE)
 
 
 def key_metrics(result: Result) -> dict[str, float]:
