@@ -34,6 +34,7 @@ from rnnexp import (
     job,
     launch,
     placement,
+    recording,
     schedule,
     schema,
     signals,
@@ -78,12 +79,6 @@ def exit_now(code: object) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code or 0)
-
-
-def publish(targets: list[sinks.Sink], result: Result, output_dir: Path,
-            sweep: sinks.Sweep | None) -> None:
-    for sink in targets:
-        sink.on_job(result, output_dir, sweep)
 
 
 def discard(output_dir: Path) -> None:
@@ -131,6 +126,7 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
             discard(output_dir)
         fail(str(err))
     signals.stop_job_on_scheduler()  # they stop the measurement, not the recording
+    result = recorded = None
     try:
         try:
             try:
@@ -161,11 +157,16 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
         except Exception as err:  # a crash outside the job proper (planning, a backend)
             report_crash(name, err)
             result = execution.not_run(config, choices, overrides, err)
-        publish(targets, result, output_dir, sweep)
+        recorded = result  # a signal waits until it is recorded (recording.publish)
+        recording.publish(targets, result, output_dir, sweep)
     except (KeyboardInterrupt, Interrupted) as err:
-        # Recorded KILLED (the sweep's parent too); the console shows the one line below.
+        # Recorded KILLED (the sweep's parent too); the console shows the one line below. A
+        # result measured before the signal is recorded as it is, never as killed.
         killed = execution.not_run(config, choices, overrides, err)
-        publish(targets, killed, output_dir, sweep)
+        measured = recorded or result or launch.measured(outcome)
+        if recorded is None:
+            recording.publish(targets, measured or killed, output_dir, sweep)
+        err.measured = measured is not None  # type: ignore[union-attr]
         if sweep is not None:
             for sink in targets:
                 sink.on_abort(sweep, killed)
@@ -279,7 +280,8 @@ def main() -> None:
             callback.abort_active(Result(choices={}, overrides=[], config={},
                                          status=INTERRUPTED,
                                          reason=f"interrupted ({signal_name(signum)})"))
-        print_error(f"interrupted by {signal_name(signum)} — the current run is recorded "
-                    f"as killed")
+        print_error(f"interrupted by {signal_name(signum)} — " + (
+            "the run had ended and is recorded as it ended" if getattr(err, "measured", False)
+            else "the current run is recorded as killed"))
         sys.exit(exit_codes.for_signal(signum))
     sys.exit(exit_codes.pending())
