@@ -4,12 +4,10 @@ a launch that fails. Real processes, real MLflow stores, real signals."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from rnnexp import exit_codes
