@@ -18,7 +18,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rnnexp import config_check, exit_codes, job, placement, platform, resume
+from rnnexp import config_check, exit_codes, job, placement, platform, recording, resume
 from rnnexp import sinks as sinks_mod
 from rnnexp.report import err_console, print_error
 from rnnexp.results import FAILED_STATUSES, Result
@@ -97,11 +97,19 @@ class SweepCallback(Callback):
             err_console.print(f"resume: {len(sweep.skip_jobs)} job(s) skipped, measured "
                               "earlier in this folder", highlight=False, markup=False)
         for sink in sinks_of(config):
-            sink.on_sweep_end(sweep, jobs)
+            try:  # one sink's unwritable output does not keep the others from the end
+                sink.on_sweep_end(sweep, jobs)
+            except OSError as err:
+                exit_codes.note_unwritten()
+                print_error(f"{sink.name}: cannot write {err.filename or folder} "
+                            f"({err.strerror or err}) — the jobs' results are recorded")
         # The sweep's exit status, from every job's saved result (jobs may have run in
-        # other processes); rnnexp.cli.main exits with it once Hydra returns.
+        # other processes); rnnexp.cli.main exits with it once Hydra returns. A job whose
+        # folder holds no result had it kept elsewhere (rnnexp.recording).
         failed = [r for _, r in jobs if r.status in FAILED_STATUSES]
         exit_codes.set_pending(exit_codes.for_statuses(r.status for _, r in jobs))
+        if recording.started_without_result(folder):
+            exit_codes.note_unwritten()
         if failed:
             print_error(f"{len(failed)} of {len(jobs)} jobs failed: " + ", ".join(
                 f"{r.label} ({r.status})" for r in failed))

@@ -4,10 +4,13 @@ a launch that fails. Real processes, real MLflow stores, real signals."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rnnexp import exit_codes
@@ -56,3 +59,95 @@ def test_a_signal_after_the_table_keeps_the_finished_result(tmp_path):
     assert data["status"] == "ok" and data["phases"]["forward"]["samples_ms"]
     _, _, [child] = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
     assert child.info.status == "FINISHED" and child.data.tags["status"] == "ok"
+
+
+# A disk that fills up during the run: writing a result (results.json, the sweep's summary)
+# under FULL fails with ENOSPC at the OS boundary — Python's `open` — in the rnnexp process.
+FULL_DISK = '''
+import builtins, errno, io, os
+
+_full = os.environ["RNNEXP_TEST_FULL"]
+_open = io.open
+
+
+def _open_on_a_full_disk(file, mode="r", *args, **kwargs):
+    if isinstance(file, (str, os.PathLike)) and any(c in mode for c in "wax+"):
+        path = os.path.abspath(os.fspath(file))
+        if path.startswith(_full) and (path.endswith("results.json") or "summary" in path):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+    return _open(file, mode, *args, **kwargs)
+
+
+io.open = builtins.open = _open_on_a_full_disk
+'''
+
+
+def full_disk(tmp: Path, under: Path) -> dict:
+    site = tmp / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(FULL_DISK)
+    return {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "RNNEXP_TEST_FULL": str(under), "TMPDIR": str(tmp / "tmp")}
+
+
+def kept_in(err: str) -> Path:
+    """The fallback results.json the one-line error names."""
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error: cannot write")]
+    assert "No space left on device" in line or "Not a directory" in line, line
+    return Path(line.rsplit("the result is kept in ", 1)[1])
+
+
+def test_a_full_disk_keeps_the_result_elsewhere_and_says_where(tmp_path):
+    (tmp_path / "tmp").mkdir()
+    code, out, err = finish(start(*TINY, f"hydra.run.dir={tmp_path}/run", tmp=tmp_path,
+                                  **full_disk(tmp_path, tmp_path / "run")))
+    assert code == exit_codes.OUTPUT_FAILED, err
+    assert "Traceback" not in err
+    kept = kept_in(err)
+    assert kept.parent.parent == tmp_path / "tmp"  # the user's temporary folder
+    assert json.loads(kept.read_text())["status"] == "ok"
+    assert not (tmp_path / "run" / "results.json").exists()
+    client, _, [child] = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    assert child.info.status == "FINISHED"  # MLflow recorded it from the fallback folder
+    assert "results.json" in {a.path for a in client.list_artifacts(child.info.run_id)}
+
+
+def test_a_full_disk_in_one_job_goes_on_with_the_sweep_and_closes_its_parent(tmp_path):
+    (tmp_path / "tmp").mkdir()
+    sweep = tmp_path / "sweep"
+    code, out, err = finish(start("-m", *TINY, "seed=0,1", f"hydra.sweep.dir={sweep}",
+                                  tmp=tmp_path, **full_disk(tmp_path, sweep / "0")))
+    assert code == exit_codes.OUTPUT_FAILED, err
+    assert "Traceback" not in err
+    assert json.loads(kept_in(err).read_text())["config"]["seed"] == 0
+    assert load_results(sweep / "1")["status"] == "ok"
+    assert (sweep / "summary" / "summary.json").exists()
+    _, [parent], children = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    assert parent.info.status == "FINISHED" and len(children) == 2
+    assert {c.data.params["seed"] for c in children} == {"0", "1"}
+
+
+def test_a_run_folder_gone_mid_run_keeps_the_result_elsewhere(tmp_path):
+    """The run's folder replaced by a file while it measures (what a cleanup script or an
+    unmounted disk does; permissions do not stop root): the result is kept, exit 4."""
+    run = tmp_path / "run"
+    proc = start(*TINY, "bench.iters=10000", f"hydra.run.dir={run}", tmp=tmp_path,
+                 TMPDIR=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / ".hydra" / "config.yaml").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        time.sleep(0.5)
+        shutil.rmtree(run)
+        run.write_text("not a folder any more")
+    except BaseException:
+        kill_tree(proc)
+        raise
+    code, out, err = finish(proc)
+    assert code == exit_codes.OUTPUT_FAILED, err
+    kept = kept_in(err)
+    assert kept.parent.parent == tmp_path
+    assert json.loads(kept.read_text())["status"] == "ok"
+    _, _, [child] = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    assert child.info.status == "FINISHED"
