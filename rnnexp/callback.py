@@ -18,7 +18,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rnnexp import config_check, exit_codes, job, placement, platform, recording, resume
+from rnnexp import config_check, exit_codes, job, placement, platform, recording, resume, run_dir
 from rnnexp import sinks as sinks_mod
 from rnnexp.report import err_console, print_error
 from rnnexp.results import FAILED_STATUSES, Result
@@ -76,7 +76,12 @@ def plan_sweep(sweep: sinks_mod.Sweep, config: DictConfig) -> None:
 
 
 class SweepCallback(Callback):
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        run_dir.claim_run(config)  # two runs started in the same second: two folders
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not config.get("resume"):  # a resumed sweep goes on in the folder it names
+            run_dir.claim_sweep(config)
         folder = Path(str(config.hydra.sweep.dir))
         # A resumed sweep keeps its identity (and its MLflow parent run).
         sweep = (sinks_mod.Sweep.load(folder) if config.get("resume") else None) or \

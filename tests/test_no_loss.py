@@ -23,8 +23,8 @@ def env_for(tmp: Path, **extra: str) -> dict:
             "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db", **extra}
 
 
-def start(*args: str, tmp: Path, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rnnexp", *args], cwd=ROOT,
+def start(*args: str, tmp: Path, cwd: Path = ROOT, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rnnexp", *args], cwd=cwd,
                             env=env_for(tmp, **env), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -151,3 +151,25 @@ def test_a_run_folder_gone_mid_run_keeps_the_result_elsewhere(tmp_path):
     assert json.loads(kept.read_text())["status"] == "ok"
     _, _, [child] = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
     assert child.info.status == "FINISHED"
+
+
+def test_two_runs_started_together_never_share_a_folder(tmp_path):
+    """Both runs get the same folder from their config (as two runs of the default
+    outputs/runs/<date>/<time> do when they start in the same second): one takes it, the
+    other the next free name, and each folder and MLflow run holds its own result."""
+    conf = tmp_path / "configs" / "experiment"
+    conf.mkdir(parents=True)
+    (conf / "together.yaml").write_text(
+        "# @package _global_\nhydra:\n  run:\n    dir: together\n")
+    common = [*TINY, f"hydra.searchpath=[file://{tmp_path}/configs]", "+experiment=together"]
+    procs = [start(*common, f"seed={seed}", tmp=tmp_path, cwd=tmp_path) for seed in (0, 1)]
+    for proc in procs:
+        code, out, err = finish(proc)
+        assert code == 0, err
+    seeds = {load_results(tmp_path / name)["config"]["seed"]
+             for name in ("together", "together-2")}
+    assert seeds == {0, 1}
+    assert not (tmp_path / "together-3").exists()
+    _, _, children = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    assert sorted(c.data.params["seed"] for c in children) == ["0", "1"]
+    assert len({c.data.tags["rnnexp.result_id"] for c in children}) == 2
