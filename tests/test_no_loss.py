@@ -173,3 +173,42 @@ def test_two_runs_started_together_never_share_a_folder(tmp_path):
     _, _, children = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
     assert sorted(c.data.params["seed"] for c in children) == ["0", "1"]
     assert len({c.data.tags["rnnexp.result_id"] for c in children}) == 2
+
+
+def sync(folder: Path, tmp: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rnnexp.sync", str(folder)], cwd=ROOT,
+                          env=env_for(tmp), capture_output=True, text=True, timeout=300)
+
+
+def test_a_copied_sweep_folder_is_its_own_sweep_and_a_moved_one_the_same(tmp_path):
+    """Resume in a copy: the copy's folder and a parent run of its own, the original's
+    untouched. Sync of a moved folder: the original's parent, nothing uploaded twice."""
+    original, copy, moved = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    args = ["-m", *TINY, "seed=0,1"]
+    code, out, err = finish(start(*args, f"hydra.sweep.dir={original}", tmp=tmp_path))
+    assert code == 0, err
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    _, [parent], _ = runs_of(store)
+    summary = original / "summary" / "summary.json"
+    before = summary.stat().st_mtime_ns
+    shutil.copytree(original, copy)
+
+    code, out, err = finish(start(*args, f"hydra.sweep.dir={copy}", "resume=true",
+                                  tmp=tmp_path))
+    assert code == 0, err
+    assert f"resume: 2 of 2 jobs already measured in {copy} " in " ".join(err.split())
+    _, parents, children = runs_of(store)
+    assert len(children) == 2  # nothing measured again
+    (again,) = [p for p in parents if p.info.run_id == parent.info.run_id]
+    assert (again.info.status, again.info.end_time) == ("FINISHED", parent.info.end_time)
+    (of_copy,) = [p for p in parents if p.info.run_id != parent.info.run_id]
+    assert of_copy.data.tags["sweep_dir"] == str(copy)
+    assert of_copy.data.tags["rnnexp.sweep_id"] != parent.data.tags["rnnexp.sweep_id"]
+    assert json.loads((copy / "sweep.json").read_text())["dir"] == str(copy)
+    assert summary.stat().st_mtime_ns == before  # the original's folder untouched
+
+    original.rename(moved)
+    done = sync(moved, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "0 uploaded, 2 already recorded" in done.stdout
+    assert len(runs_of(store)[1]) == 2  # no parent made for it: it is the original sweep
