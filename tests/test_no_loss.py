@@ -212,3 +212,26 @@ def test_a_copied_sweep_folder_is_its_own_sweep_and_a_moved_one_the_same(tmp_pat
     assert done.returncode == 0, done.stderr
     assert "0 uploaded, 2 already recorded" in done.stdout
     assert len(runs_of(store)[1]) == 2  # no parent made for it: it is the original sweep
+
+
+def test_a_launch_that_fails_closes_its_parent_and_compare_passes_over_it(tmp_path):
+    """No SLURM here: the sweep's launch fails after its parent run was opened. The parent
+    ends FAILED with the reason, and a plain compare takes the latest sweep with jobs."""
+    code, out, err = finish(start("-m", *TINY, "seed=0,1", f"hydra.sweep.dir={tmp_path}/ok",
+                                  tmp=tmp_path))
+    assert code == 0, err
+    code, out, err = finish(start("-m", "hydra/launcher=rnnexp_slurm", *TINY, "seed=0,1",
+                                  f"hydra.sweep.dir={tmp_path}/slurm", tmp=tmp_path))
+    assert code == exit_codes.USER_ERROR
+    assert len(err.strip().splitlines()) == 1 and "srun" in err
+    _, parents, children = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    (failed,) = [p for p in parents if p.data.tags["sweep_dir"] == str(tmp_path / "slurm")]
+    assert failed.info.status == "FAILED" and "srun" in failed.data.tags["reason"]
+    compare = subprocess.run([sys.executable, "-m", "rnnexp.compare"], cwd=ROOT,
+                             env=env_for(tmp_path), capture_output=True, text=True,
+                             timeout=300)
+    assert compare.returncode == 0, compare.stderr
+    (note,) = [ln for ln in compare.stderr.splitlines() if ln.strip()]
+    assert note.startswith(f"note: left out sweep '{failed.info.run_name}': FAILED with no "
+                           "job runs (the sweep stopped: RuntimeError")
+    assert "seed=0,1" in compare.stdout
