@@ -13,12 +13,22 @@ and leaves no state behind in the process.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rnnexp import config_check, exit_codes, job, placement, platform, recording, resume, run_dir
+from rnnexp import (
+    config_check,
+    exit_codes,
+    job,
+    placement,
+    platform,
+    recording,
+    resume,
+    run_dir,
+    stopping,
+)
 from rnnexp import sinks as sinks_mod
 from rnnexp.report import err_console, print_error
 from rnnexp.results import FAILED_STATUSES, Result
@@ -28,12 +38,46 @@ from rnnexp.results import FAILED_STATUSES, Result
 _active: list[tuple[list[sinks_mod.Sink], sinks_mod.Sweep]] = []
 
 
+# The override list of each job of that sweep, by job number.
+_job_overrides: list[list[str]] = []
+
+
 def abort_active(result: Result) -> None:
-    """Tell the sinks that the running sweep (if any) was cut short, with `result`'s status."""
+    """The running sweep (if any) was cut short, with `result`'s status: its job processes
+    end (rnnexp.stopping), the jobs that started and left no result are recorded with that
+    status, and the sinks are told (the parent run ends)."""
     while _active:
         targets, sweep = _active.pop()
+        stopping.end_jobs()
+        for folder in recording.started_without_result(sweep.path):
+            unfinished = unfinished_job(folder, result)
+            if unfinished is not None:
+                recording.publish(targets, unfinished, folder, sweep)
         for sink in targets:
             sink.on_abort(sweep, result)
+
+
+def unfinished_job(folder: Path, ended: Result) -> Optional[Result]:
+    """The record of the job in `folder`, ended with the sweep before it had a result."""
+    saved = folder / ".hydra" / "overrides.yaml"
+    if saved.is_file():
+        overrides = [str(o) for o in OmegaConf.load(saved)]
+    elif folder.name.isdigit() and int(folder.name) < len(_job_overrides):
+        overrides = _job_overrides[int(folder.name)]
+    else:
+        return None
+    config = config_check.validated(overrides)
+    if config is None:
+        return None
+    base = config_check.choices(_job_overrides[0]) if _job_overrides else None
+    choices = dict(base or {})
+    for text in overrides:  # this job's own group choices
+        key, sep, value = text.partition("=")
+        if sep and key.lstrip("+") in choices:
+            choices[key.lstrip("+")] = value
+    return Result(choices=choices, overrides=overrides, config=job.plain_config(config),
+                  status=ended.status, reason=f"{ended.reason} — the job was ended with "
+                  "its sweep", platform=platform.current(), git_commit=platform.git_commit())
 
 
 def sinks_of(config: DictConfig) -> list[sinks_mod.Sink]:
@@ -87,6 +131,8 @@ class SweepCallback(Callback):
         sweep = (sinks_mod.Sweep.load(folder) if config.get("resume") else None) or \
             sinks_mod.Sweep.start(folder, list(config.hydra.overrides.task))
         plan_sweep(sweep, config)
+        _job_overrides[:] = config_check.expand_jobs(list(config.hydra.overrides.task), True,
+                                                     config_check.sweep_params(config))
         targets = sinks_of(config)
         for sink in targets:
             sink.on_sweep_start(sweep)

@@ -101,6 +101,7 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
     # What the sweep set up lives as long as it: the automatic full collections between jobs
     # skip it (one cost 0.3 s in a 16-job sweep).
     timing.freeze_once()
+    signals.install()  # also in a launcher's own job process (submitit, joblib's workers)
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     choices = config_check.app_choices(hc.runtime.choices)

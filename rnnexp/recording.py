@@ -6,7 +6,6 @@ exit_codes.OUTPUT_FAILED."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
@@ -76,8 +75,10 @@ def publish(targets: Sequence[Sink], result: Result, output_dir: Path,
 
 
 def started_without_result(sweep_dir: Path) -> list[Path]:
-    """Job folders of a sweep that Hydra made (their .hydra/ is there) holding no result."""
+    """Job folders of a sweep (made by Hydra: a .hydra/ in them, or named by the job's number
+    before that) holding no result."""
     if not Path(sweep_dir).is_dir():
         return []
-    return sorted(p.parent for p in Path(sweep_dir).glob("*/.hydra")
-                  if not (p.parent / RESULTS_FILE).exists() and os.path.isdir(p))
+    return sorted(p for p in Path(sweep_dir).iterdir()
+                  if p.is_dir() and (p.name.isdigit() or (p / ".hydra").is_dir())
+                  and not (p / RESULTS_FILE).exists())

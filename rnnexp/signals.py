@@ -65,9 +65,11 @@ def deferred() -> Iterator[None]:
 
 
 def install() -> None:
-    """From now on SIGINT and SIGTERM raise `Interrupted`."""
-    for signum in HANDLED:
-        signal.signal(signum, _handler)
+    """From now on SIGINT and SIGTERM raise `Interrupted` (in the main thread, the only one
+    that may set handlers: a job in a thread is stopped by its launching process)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in HANDLED:
+            signal.signal(signum, _handler)
 
 
 def signum_of(err: BaseException) -> int:

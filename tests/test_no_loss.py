@@ -13,6 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+import pytest
+
 from rnnexp import exit_codes
 from tests.conftest import ROOT, TINY, kill_tree, load_results
 from tests.test_tracking import runs_of
@@ -235,3 +238,37 @@ def test_a_launch_that_fails_closes_its_parent_and_compare_passes_over_it(tmp_pa
     assert note.startswith(f"note: left out sweep '{failed.info.run_name}': FAILED with no "
                            "job runs (the sweep stopped: RuntimeError")
     assert "seed=0,1" in compare.stdout
+
+
+@pytest.mark.parametrize("launcher", [["hydra/launcher=rnnexp_local"],
+                                      ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]])
+def test_sigterm_to_a_launcher_in_processes_records_its_jobs_and_ends_them(launcher,
+                                                                           tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = start("-m", *launcher, *TINY, "bench.iters=1000000", "seed=0,1",
+                 f"hydra.sweep.dir={sweep}", tmp=tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while not all((sweep / n / ".hydra" / "config.yaml").exists() for n in "01"):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(3)  # into building, verifying, timing
+        family = psutil.Process(proc.pid).children(recursive=True)
+        assert family
+        proc.send_signal(signal.SIGTERM)
+    except BaseException:
+        kill_tree(proc)
+        raise
+    code, out, err = finish(proc, 300)
+    assert code == exit_codes.SIGTERM, err
+    assert "Traceback" not in err and "still running" not in err, err
+    if "rnnexp_local" in launcher[0]:  # joblib ends its workers itself, at once
+        assert "stopping 2 job process(es)" in err
+    time.sleep(1)
+    alive = [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], "job processes left running"
+    assert [load_results(sweep / n)["status"] for n in "01"] == ["interrupted"] * 2
+    _, [parent], children = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    assert parent.info.status == "KILLED"
+    assert sorted(c.data.params["seed"] for c in children) == ["0", "1"]
+    assert all(c.info.status == "KILLED" for c in children)
