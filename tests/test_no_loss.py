@@ -272,3 +272,33 @@ def test_sigterm_to_a_launcher_in_processes_records_its_jobs_and_ends_them(launc
     assert parent.info.status == "KILLED"
     assert sorted(c.data.params["seed"] for c in children) == ["0", "1"]
     assert all(c.info.status == "KILLED" for c in children)
+
+
+def test_a_signal_while_recording_waits_for_the_record(monkeypatch):
+    from rnnexp import signals
+    from rnnexp.errors import Interrupted
+
+    monkeypatch.setattr(signals, "_received", [])
+    before = {s: signal.getsignal(s) for s in signals.HANDLED}
+    signals.install()
+    try:
+        recorded = []
+        with pytest.raises(Interrupted):
+            with signals.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.1)  # the handler has run: the block goes on
+                recorded.append("result")
+        assert recorded == ["result"]
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+def test_a_taken_folder_gives_the_next_free_name(tmp_path):
+    from rnnexp import run_dir
+
+    folder = tmp_path / "runs" / "10-00-00"
+    taken = [run_dir.claim(folder, run_dir.RUN_MARKER) for _ in range(3)]
+    assert [p.name for p in taken] == ["10-00-00", "10-00-00-2", "10-00-00-3"]
+    assert run_dir.claim(tmp_path / "sweep", run_dir.SWEEP_MARKER) == tmp_path / "sweep"
+    assert run_dir.claim(tmp_path / "sweep", run_dir.SWEEP_MARKER) == tmp_path / "sweep-2"
