@@ -159,8 +159,12 @@ class SweepCallback(Callback):
         # folder holds no result had it kept elsewhere (rnnexp.recording).
         failed = [r for _, r in jobs if r.status in FAILED_STATUSES]
         exit_codes.set_pending(exit_codes.for_statuses(r.status for _, r in jobs))
-        if recording.started_without_result(folder):
+        missing = recording.started_without_result(folder)
+        if missing:
             exit_codes.note_unwritten()
+            print_error(f"{len(missing)} job(s) left no result in their folder "
+                        f"({', '.join(p.name for p in missing)}): see the lines above for "
+                        "where each was kept")
         if failed:
             print_error(f"{len(failed)} of {len(jobs)} jobs failed: " + ", ".join(
                 f"{r.label} ({r.status})" for r in failed))
