@@ -50,12 +50,10 @@ def write_files(rows: Sequence[Row], folder: Path) -> list[Path]:
 _WRITTEN: dict[str, tuple[str, list[Path]]] = {}
 
 
-def write(sweep_dir: Path, jobs: Sequence[tuple[Path, Result]],
-          into: Optional[Path] = None) -> list[Path]:
-    """summary.{json,csv,md} and, when any job was timed, the chart, in <sweep>/summary/
-    (or in `into`, when the sweep's folder cannot be written)."""
+def write(sweep_dir: Path, jobs: Sequence[tuple[Path, Result]]) -> list[Path]:
+    """summary.{json,csv,md} and, when any job was timed, the chart, in <sweep>/summary/."""
     rows = rows_of(jobs, sweep_dir)
-    folder = Path(into) if into is not None else Path(sweep_dir) / SUMMARY_DIR
+    folder = Path(sweep_dir) / SUMMARY_DIR
     signature = json.dumps([r.columns() for r in rows], default=str)
     done = _WRITTEN.get(str(folder.resolve()))
     if done and done[0] == signature and all(p.exists() for p in done[1]):

@@ -312,9 +312,9 @@ def close_parent(client, run_id: str, jobs: Sequence[tuple[Path, Result]], sweep
     be written costs the summary's copy there, not the parent's."""
     try:
         paths = summary.write(sweep_dir, jobs)
-    except OSError:
-        paths = summary.write(sweep_dir, jobs, into=Path(tempfile.mkdtemp(
-            prefix="rnnexp-summary-")))
+    except OSError:  # the tables from a temporary folder (the chart needs the sweep's)
+        paths = summary.write_files(summary.rows_of(jobs, sweep_dir),
+                                    Path(tempfile.mkdtemp(prefix="rnnexp-summary-")))
     for path in paths:
         client.log_artifact(run_id, str(path), "summary")
     from mlflow.entities import Metric
