@@ -13,12 +13,22 @@ and leaves no state behind in the process.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rnnexp import config_check, exit_codes, job, placement, platform, resume
+from rnnexp import (
+    config_check,
+    exit_codes,
+    job,
+    placement,
+    platform,
+    recording,
+    resume,
+    run_dir,
+    stopping,
+)
 from rnnexp import sinks as sinks_mod
 from rnnexp.report import err_console, print_error
 from rnnexp.results import FAILED_STATUSES, Result
@@ -28,12 +38,46 @@ from rnnexp.results import FAILED_STATUSES, Result
 _active: list[tuple[list[sinks_mod.Sink], sinks_mod.Sweep]] = []
 
 
+# The override list of each job of that sweep, by job number.
+_job_overrides: list[list[str]] = []
+
+
 def abort_active(result: Result) -> None:
-    """Tell the sinks that the running sweep (if any) was cut short, with `result`'s status."""
+    """The running sweep (if any) was cut short, with `result`'s status: its job processes
+    end (rnnexp.stopping), the jobs that started and left no result are recorded with that
+    status, and the sinks are told (the parent run ends)."""
     while _active:
         targets, sweep = _active.pop()
+        stopping.end_jobs()
+        for folder in recording.started_without_result(sweep.path):
+            unfinished = unfinished_job(folder, result)
+            if unfinished is not None:
+                recording.publish(targets, unfinished, folder, sweep)
         for sink in targets:
             sink.on_abort(sweep, result)
+
+
+def unfinished_job(folder: Path, ended: Result) -> Optional[Result]:
+    """The record of the job in `folder`, ended with the sweep before it had a result."""
+    saved = folder / ".hydra" / "overrides.yaml"
+    if saved.is_file():
+        overrides = [str(o) for o in OmegaConf.load(saved)]
+    elif folder.name.isdigit() and int(folder.name) < len(_job_overrides):
+        overrides = _job_overrides[int(folder.name)]
+    else:
+        return None
+    config = config_check.validated(overrides)
+    if config is None:
+        return None
+    base = config_check.choices(_job_overrides[0]) if _job_overrides else None
+    choices = dict(base or {})
+    for text in overrides:  # this job's own group choices
+        key, sep, value = text.partition("=")
+        if sep and key.lstrip("+") in choices:
+            choices[key.lstrip("+")] = value
+    return Result(choices=choices, overrides=overrides, config=job.plain_config(config),
+                  status=ended.status, reason=f"{ended.reason} — the job was ended with "
+                  "its sweep", platform=platform.current(), git_commit=platform.git_commit())
 
 
 def sinks_of(config: DictConfig) -> list[sinks_mod.Sink]:
@@ -76,12 +120,19 @@ def plan_sweep(sweep: sinks_mod.Sweep, config: DictConfig) -> None:
 
 
 class SweepCallback(Callback):
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        run_dir.claim_run(config)  # two runs started in the same second: two folders
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not config.get("resume"):  # a resumed sweep goes on in the folder it names
+            run_dir.claim_sweep(config)
         folder = Path(str(config.hydra.sweep.dir))
         # A resumed sweep keeps its identity (and its MLflow parent run).
         sweep = (sinks_mod.Sweep.load(folder) if config.get("resume") else None) or \
             sinks_mod.Sweep.start(folder, list(config.hydra.overrides.task))
         plan_sweep(sweep, config)
+        _job_overrides[:] = config_check.expand_jobs(list(config.hydra.overrides.task), True,
+                                                     config_check.sweep_params(config))
         targets = sinks_of(config)
         for sink in targets:
             sink.on_sweep_start(sweep)
@@ -97,11 +148,23 @@ class SweepCallback(Callback):
             err_console.print(f"resume: {len(sweep.skip_jobs)} job(s) skipped, measured "
                               "earlier in this folder", highlight=False, markup=False)
         for sink in sinks_of(config):
-            sink.on_sweep_end(sweep, jobs)
+            try:  # one sink's unwritable output does not keep the others from the end
+                sink.on_sweep_end(sweep, jobs)
+            except OSError as err:
+                exit_codes.note_unwritten()
+                print_error(f"{sink.name}: cannot write {err.filename or folder} "
+                            f"({err.strerror or err}) — the jobs' results are recorded")
         # The sweep's exit status, from every job's saved result (jobs may have run in
-        # other processes); rnnexp.cli.main exits with it once Hydra returns.
+        # other processes); rnnexp.cli.main exits with it once Hydra returns. A job whose
+        # folder holds no result had it kept elsewhere (rnnexp.recording).
         failed = [r for _, r in jobs if r.status in FAILED_STATUSES]
         exit_codes.set_pending(exit_codes.for_statuses(r.status for _, r in jobs))
+        missing = recording.started_without_result(folder)
+        if missing:
+            exit_codes.note_unwritten()
+            print_error(f"{len(missing)} job(s) left no result in their folder "
+                        f"({', '.join(p.name for p in missing)}): see the lines above for "
+                        "where each was kept")
         if failed:
             print_error(f"{len(failed)} of {len(jobs)} jobs failed: " + ", ".join(
                 f"{r.label} ({r.status})" for r in failed))

@@ -35,6 +35,7 @@ from rnnexp import (
     kernel_plugins,
     launch,
     placement,
+    recording,
     schedule,
     schema,
     signals,
@@ -81,12 +82,6 @@ def exit_now(code: object) -> None:
     os._exit(code or 0)
 
 
-def publish(targets: list[sinks.Sink], result: Result, output_dir: Path,
-            sweep: sinks.Sweep | None) -> None:
-    for sink in targets:
-        sink.on_job(result, output_dir, sweep)
-
-
 def discard(output_dir: Path) -> None:
     """A run refused before it recorded anything leaves no folder behind."""
     if output_dir.is_dir() and not (output_dir / RESULTS_FILE).exists():
@@ -107,6 +102,7 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
     # What the sweep set up lives as long as it: the automatic full collections between jobs
     # skip it (one cost 0.3 s in a 16-job sweep).
     timing.freeze_once()
+    signals.install()  # also in a launcher's own job process (submitit, joblib's workers)
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     choices = config_check.app_choices(hc.runtime.choices)
@@ -132,6 +128,7 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
             discard(output_dir)
         fail(str(err))
     signals.stop_job_on_scheduler()  # they stop the measurement, not the recording
+    result = recorded = None
     try:
         try:
             try:
@@ -162,11 +159,16 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
         except Exception as err:  # a crash outside the job proper (planning, a backend)
             report_crash(name, err)
             result = execution.not_run(config, choices, overrides, err)
-        publish(targets, result, output_dir, sweep)
+        recorded = result  # a signal waits until it is recorded (recording.publish)
+        recording.publish(targets, result, output_dir, sweep)
     except (KeyboardInterrupt, Interrupted) as err:
-        # Recorded KILLED (the sweep's parent too); the console shows the one line below.
+        # Recorded KILLED (the sweep's parent too); the console shows the one line below. A
+        # result measured before the signal is recorded as it is, never as killed.
         killed = execution.not_run(config, choices, overrides, err)
-        publish(targets, killed, output_dir, sweep)
+        measured = recorded or result or launch.measured(outcome)
+        if recorded is None:
+            recording.publish(targets, measured or killed, output_dir, sweep)
+        err.measured = measured is not None  # type: ignore[union-attr]
         if sweep is not None:
             for sink in targets:
                 sink.on_abort(sweep, killed)
@@ -281,7 +283,8 @@ def main() -> None:
             callback.abort_active(Result(choices={}, overrides=[], config={},
                                          status=INTERRUPTED,
                                          reason=f"interrupted ({signal_name(signum)})"))
-        print_error(f"interrupted by {signal_name(signum)} — the current run is recorded "
-                    f"as killed")
+        print_error(f"interrupted by {signal_name(signum)} — " + (
+            "the run had ended and is recorded as it ended" if getattr(err, "measured", False)
+            else "the current run is recorded as killed"))
         sys.exit(exit_codes.for_signal(signum))
     sys.exit(exit_codes.pending())

@@ -13,6 +13,9 @@ OK = 0  # every job ran and was verified (or declined as unsupported within a sw
 JOB_FAILED = 1  # a job failed verification, crashed, or recompiled while timed
 USER_ERROR = 2  # bad input: refused before anything ran or was recorded
 REGRESSION = 3  # rnnexp.compare --fail-on-regression found a regression
+# A result could not be written where it belongs (full disk, a folder gone or read-only): it
+# is kept in a fallback folder that a one-line error names (rnnexp.recording).
+OUTPUT_FAILED = 4
 # Ended by a signal: 128 + its number, as shells report it.
 SIGINT = 128 + signal.SIGINT  # 130, Ctrl-C
 SIGTERM = 128 + signal.SIGTERM  # 143, kill / a scheduler
@@ -31,6 +34,13 @@ def for_statuses(statuses: Iterable[str]) -> int:
 
 # The status the process exits with once Hydra returns (set by the job or the sweep's end).
 _pending = OK
+_unwritten = False
+
+
+def note_unwritten() -> None:
+    """A result of this process went to a fallback folder: the exit says so."""
+    global _unwritten
+    _unwritten = True
 
 
 def set_pending(code: int) -> None:
@@ -39,4 +49,4 @@ def set_pending(code: int) -> None:
 
 
 def pending() -> int:
-    return _pending
+    return OUTPUT_FAILED if _unwritten else _pending

@@ -131,3 +131,8 @@ def outcome_of(outcome: Optional[Outcome]) -> Optional[Result]:
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome
+
+
+def measured(outcome: Optional[Outcome]) -> Optional[Result]:
+    """The job's Result if it was measured already (None: an error, or not measured yet)."""
+    return outcome if isinstance(outcome, Result) else None

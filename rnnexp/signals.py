@@ -12,6 +12,8 @@
   the signal raises `Killed` inside it: the job is recorded `interrupted` with the reason
   (MLflow run KILLED) and returns, so the other jobs of the sweep keep their results and
   `resume=true` runs this one again.
+- While a finished result is recorded (`deferred`), SIGINT/SIGTERM wait until it is written:
+  a signal never turns a measured result into an interrupted one.
 """
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 from rnnexp import exit_codes
 from rnnexp.errors import Interrupted
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []
+# How many `deferred` blocks are open, and the signal that came meanwhile (raised as they
+# close).
+_deferring = [0]
+_deferred: list[int] = []
 
 # The scheduler's warning signals, and what they mean when they reach a job.
 SCHEDULER = {
@@ -37,13 +45,31 @@ def _handler(signum: int, frame) -> None:
     if _received:  # a second signal while the first is being handled: stop now
         os._exit(exit_codes.for_signal(signum))
     _received.append(signum)
+    if _deferring[0]:
+        _deferred.append(signum)
+        return
     raise Interrupted(signum)
 
 
+@contextmanager
+def deferred() -> Iterator[None]:
+    """SIGINT/SIGTERM wait for the block to finish, then raise `Interrupted` (a second signal
+    still ends the process at once)."""
+    _deferring[0] += 1
+    try:
+        yield
+    finally:
+        _deferring[0] -= 1
+    if not _deferring[0] and _deferred:
+        raise Interrupted(_deferred.pop())
+
+
 def install() -> None:
-    """From now on SIGINT and SIGTERM raise `Interrupted`."""
-    for signum in HANDLED:
-        signal.signal(signum, _handler)
+    """From now on SIGINT and SIGTERM raise `Interrupted` (in the main thread, the only one
+    that may set handlers: a job in a thread is stopped by its launching process)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in HANDLED:
+            signal.signal(signum, _handler)
 
 
 def signum_of(err: BaseException) -> int:

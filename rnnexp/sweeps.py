@@ -116,13 +116,38 @@ def find_parent(client, exp_id: str, name: Optional[str]):
     if not sweeps:
         raise RnnexpError("no sweep recorded in this experiment — run one with "
                           "python -m rnnexp -m model=lstm,jit ...")
-    if name is None:
-        return sweeps[0]
+    if name is None:  # the latest sweep that has jobs: a launch that failed has none
+        for n, run in enumerate(sweeps):
+            if has_jobs(client, exp_id, run.info.run_id):
+                if n:
+                    say_skipped(sweeps[:n])
+                return run
+        raise RnnexpError(f"no sweep recorded in this experiment has job runs — the latest, "
+                          f"'{sweeps[0].info.run_name}', ended {ended(sweeps[0])}")
     for run in sweeps:
         if name in (run.info.run_id, run.info.run_name):
             return run
     raise RnnexpError(f"sweep '{name}': no parent run with that id or name — latest is "
                       f"'{sweeps[0].info.run_name}' ({sweeps[0].info.run_id})")
+
+
+def has_jobs(client, exp_id: str, parent_id: str) -> bool:
+    return bool(client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = "
+                                                          f"'{parent_id}'", max_results=1))
+
+
+def ended(parent) -> str:
+    reason = parent.data.tags.get("reason")
+    return f"{parent.info.status} with no job runs" + (f" ({reason})" if reason else "")
+
+
+def say_skipped(empty: list) -> None:
+    """One line for the newer sweeps left out (a launch that failed, one still starting)."""
+    from rnnexp.report import err_console
+
+    more = f" and {len(empty) - 1} older" if len(empty) > 1 else ""
+    err_console.print(f"note: left out sweep '{empty[0].info.run_name}'{more}: "
+                      f"{ended(empty[0])}", highlight=False, markup=False, soft_wrap=True)
 
 
 def from_store(client, exp_id: str, name: Optional[str]) -> Sweep:

@@ -83,8 +83,15 @@ class RnnexpLauncher(Launcher):
                 self._record_interrupted([configs[j.num] for j in members
                                           if j.num not in done], err)
                 raise
-            for j in members:
-                returns[j.num] = self._run(configs[j.num], outcomes.get(j.num))
+            for i, j in enumerate(members):
+                try:
+                    returns[j.num] = self._run(configs[j.num], outcomes.get(j.num))
+                except (KeyboardInterrupt, Interrupted):
+                    # Measured before the signal: the window's other jobs are recorded as
+                    # they were measured, then the sweep ends.
+                    for rest in members[i + 1:]:
+                        self._run(configs[rest.num], outcomes.get(rest.num))
+                    raise
         return [returns[num] for num in sorted(returns)]
 
     def _run(self, cfg: DictConfig, outcome: object = None) -> JobReturn:

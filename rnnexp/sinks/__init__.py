@@ -11,6 +11,7 @@ events (joblib workers, cluster nodes), so a sink keeps what its jobs need from 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -48,7 +49,7 @@ class Sweep:
         (self.path / SWEEP_FILE).write_text(json.dumps(asdict(self), indent=2))
 
     @classmethod
-    def load(cls, folder: Path) -> Optional[Sweep]:
+    def _read(cls, folder: Path) -> Optional[Sweep]:
         try:
             data = json.loads((Path(folder) / SWEEP_FILE).read_text())
             return cls(**data)
@@ -56,10 +57,40 @@ class Sweep:
             return None
 
     @classmethod
+    def load(cls, folder: Path) -> Optional[Sweep]:
+        """The sweep saved in `folder`, wherever the folder is now (see `found_in`)."""
+        sweep = cls._read(folder)
+        return sweep.found_in(Path(folder).resolve()) if sweep else None
+
+    def found_in(self, here: Path) -> Sweep:
+        """This sweep, read from `here`: a folder moved elsewhere is the same sweep (its jobs
+        and summary go where it is now; its MLflow parent stays its own); a copy — the
+        folder it was made in still holds this sweep — is a sweep of its own, with an
+        identity derived from the original's and its place and no parent run yet, so that
+        resuming or syncing it never touches the original's runs."""
+        made_in = Path(self.dir)
+        if made_in == here:
+            return self
+        original = Sweep._read(made_in)
+        if original is not None and original.sweep_id == self.sweep_id and \
+                not _same_file(made_in / SWEEP_FILE, here / SWEEP_FILE):
+            self.sweep_id = hashlib.sha256(f"{self.sweep_id} {here}".encode()).hexdigest()[:32]
+            self.state = {}
+        self.dir = str(here)
+        return self
+
+    @classmethod
     def start(cls, folder: Path, overrides: Sequence[str]) -> Sweep:
         sweep = cls(dir=str(Path(folder).resolve()), overrides=list(overrides))
         sweep.name = sweep_name(overrides, sweep.started)
         return sweep
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
 
 
 def sweep_name(overrides: Sequence[str], started: str) -> str:

@@ -179,9 +179,6 @@ class Mlflow(Sink):
             parent = new_parent = None
             if sweep is not None:
                 parent = runs.find_parent(client, exp_id, sweep.sweep_id)
-                if parent is None:
-                    parent = new_parent = runs.open_parent(client, exp_id, sweep,
-                                                           jobs[0][1].git_commit)
             for folder, result in jobs:
                 existing = runs.find_recorded(client, exp_id,
                                               runs.result_id(folder / RESULTS_FILE))
@@ -190,6 +187,9 @@ class Mlflow(Sink):
                                   highlight=False, markup=False)
                     done.append(False)
                     continue
+                if sweep is not None and parent is None:  # made once a job needs it
+                    parent = new_parent = runs.open_parent(client, exp_id, sweep,
+                                                           jobs[0][1].git_commit)
                 run_id = runs.log_result(client, exp_id, result, folder, parent_run_id=parent)
                 console.print(f"  uploaded          {result.label}  → run {run_id}",
                               highlight=False, markup=False)
