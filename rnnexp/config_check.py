@@ -34,9 +34,8 @@ from rnnexp import compositions, credentials, kernel_plugins, sinks, targets
 from rnnexp.errors import ConfigError, RnnexpError, full_error
 from rnnexp.identity import MeasurementKey, duplicates
 from rnnexp.report import print_warning
-from rnnexp.schema import Config, closest, validate
+from rnnexp.schema import CONF_DIR, Config, closest, validate
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CONFIG_NAME = "config"
 # The module of the Hydra app: a relative --config-path is relative to its package.
 APP_MODULE = "rnnexp.cli"

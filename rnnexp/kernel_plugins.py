@@ -13,6 +13,7 @@ Discovery imports only what the entry points name: a plugin keeps its declaratio
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import sys
@@ -143,7 +144,7 @@ def discover() -> Discovery:
     """The kernels installed here, each loaded once per process (cache_clear() after the
     path changes). An entry point that fails to load, declares no Kernel or reuses a name
     is left out with one line saying why; it never stops rnnexp."""
-    from rnnexp.config_check import CONF_DIR
+    from rnnexp.schema import CONF_DIR
 
     builtin = {p.stem for p in (CONF_DIR / "model").glob("*.yaml")}
     kernels: dict[str, Kernel] = {}
@@ -186,9 +187,9 @@ def declaring(target: Any) -> Optional[Kernel]:
 
 def of_model(build: Any) -> Optional[Kernel]:
     """The kernel behind a model's `build` node, or None for a built-in model."""
-    from rnnexp import targets
-
-    return declaring(targets.target_of(build))
+    target = getattr(build, "_target_", None) if dataclasses.is_dataclass(build) else \
+        build.get("_target_")
+    return declaring(target)
 
 
 def factory_args(build: Any) -> tuple[None, ...]:

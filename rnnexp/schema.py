@@ -329,6 +329,8 @@ class InductorConfig(BackendConfig):
 # MLFLOW_TRACKING_URI, when set, is the default instead. conf/sinks/mlflow.yaml reads it
 # through the `rnnexp_store` resolver, so the resolved config records the store used.
 PROJECT_TRACKING_URI = f"sqlite:///{Path(__file__).resolve().parent.parent / 'mlflow.db'}"
+# The project's config folder (conf/): the groups and their options.
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 def default_store_uri() -> str:
