@@ -139,11 +139,13 @@ def prepare(task: Task) -> Prepared:
     """A refusal here (no such device, a sink that cannot open its store) ends a single run
     in one line, exit 2, leaving no folder; the sweep's launcher declined its jobs earlier."""
     try:
-        prepared = Prepared(sinks.build(OmegaConf.to_container(task.cfg.sinks, resolve=True)))
-        if task.sweep is None:
-            prepared.planned = job.plan(task.config, task.choices, task.overrides)
-            say_how_long(prepared.planned)
-        else:  # parallel jobs divide the machine (one timing job per device)
+        planned = None
+        if task.sweep is None:  # refused before any sink opens its store
+            planned = job.plan(task.config, task.choices, task.overrides)
+            say_how_long(planned)
+        prepared = Prepared(sinks.build(OmegaConf.to_container(task.cfg.sinks, resolve=True)),
+                            planned)
+        if task.sweep is not None:  # parallel jobs divide the machine (one per device)
             launcher = OmegaConf.to_container(HydraConfig.get().launcher, resolve=True)
             task.config, prepared.device_lock = placement.in_sweep(
                 task.config, task.num, launcher, task.sweep.jobs, task.sweep.path,
