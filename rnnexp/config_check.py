@@ -105,8 +105,10 @@ def expand_jobs(overrides: Sequence[str], multirun: bool,
     user = user_overrides(overrides)
     if not multirun:
         return [user]
+    keys = {o.split("=", 1)[0].lstrip("~+") for o in user}  # `+key=` replaces `key=` too
+    params = [p for p in preset_params if p.split("=", 1)[0] not in keys]
     parser = OverridesParser.create(config_loader=loader or _loader())
-    return expand(parser.parse_overrides([*preset_params, *user]))
+    return expand(parser.parse_overrides([*params, *user]))
 
 
 def sweep_params(cfg) -> list[str]:

@@ -136,3 +136,15 @@ def test_compositions_sharing_the_config_store_equal_hydras_and_leave_the_store_
     with open_dict(node):
         node.seed = 12345
     assert store.load("rnnexp_schema.yaml").node.seed != 12345
+
+
+def test_a_single_run_is_checked_by_a_hydra_callback_that_ends_the_program(capsys):
+    """Hydra turns a callback's exception into a warning and runs the job anyway: the check
+    of a single run (before Hydra makes its folder) ends the program itself, exit 2."""
+    from rnnexp.callback import RunCheck
+
+    RunCheck().on_run_start(config=compose_cfg(["shape=small"]))  # a good config passes
+    with pytest.raises(SystemExit) as exit_:
+        RunCheck().on_run_start(config=compose_cfg(["shape.hidden_size=-3"]))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip() == "error: shape.hidden_size: must be ≥ 1, got -3"
