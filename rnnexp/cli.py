@@ -87,7 +87,8 @@ class Task:
     overrides: list[str]
     output_dir: Path
     num: int
-    sweep: Optional[sinks.Sweep]  # None: a single run
+    multirun: bool
+    sweep: Optional[sinks.Sweep]  # as its SweepRecord saved it (None: a single run)
     name: str
 
     @classmethod
@@ -105,12 +106,8 @@ class Task:
                 discard(output_dir)
             fail(str(err))
         num = hc.job.num if multirun else 0  # a single run has no job number
-        return cls(cfg, config, choices, overrides, output_dir, num, sweep,
+        return cls(cfg, config, choices, overrides, output_dir, num, multirun, sweep,
                    label(choices, ("model", "backend", "shape"), overrides=overrides))
-
-    @property
-    def multirun(self) -> bool:
-        return self.sweep is not None
 
     def skipped(self) -> bool:
         """A job a resumed sweep measured earlier says so and runs nothing."""
@@ -140,7 +137,7 @@ def prepare(task: Task) -> Prepared:
     in one line, exit 2, leaving no folder; the sweep's launcher declined its jobs earlier."""
     try:
         planned = None
-        if task.sweep is None:  # refused before any sink opens its store
+        if not task.multirun:  # refused before any sink opens its store
             planned = job.plan(task.config, task.choices, task.overrides)
             say_how_long(planned)
         prepared = Prepared(sinks.build(OmegaConf.to_container(task.cfg.sinks, resolve=True)),
@@ -151,7 +148,7 @@ def prepare(task: Task) -> Prepared:
                 task.config, task.num, launcher, task.sweep.jobs, task.sweep.path,
                 task.overrides)
     except RnnexpError as err:
-        if task.sweep is None:
+        if not task.multirun:
             discard(task.output_dir)
         fail(str(err))
     return prepared
@@ -182,7 +179,7 @@ def measured_or_declined(task: Task, prepared: Prepared,
     except RnnexpError as err:
         if isinstance(err, JobCrashed):
             report_crash(task.name, err)
-        elif task.sweep is None:
+        elif not task.multirun:
             discard(task.output_dir)
             fail(str(err))
         else:
@@ -225,7 +222,7 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None,
     except (KeyboardInterrupt, Interrupted) as err:
         record_interrupted(task, prepared, err)
         raise
-    if task.sweep is None:
+    if not task.multirun:
         exit_codes.set_pending(exit_codes.for_statuses([result.status]))
     return result.status
 
