@@ -1,4 +1,5 @@
-from rnnexp.cli import exit_now, main
+from rnnexp.cli import main
+from rnnexp.quick_exit import exit_now
 
 try:
     main()

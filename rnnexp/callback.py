@@ -1,19 +1,25 @@
-"""Hydra callback for sweeps (`-m`): tells the configured sinks that a sweep starts and ends,
-and decides, once for all jobs, what they share: how the machine is divided between parallel
-jobs (rnnexp.placement) and, with `resume=true`, which jobs already ran (rnnexp.resume).
+"""Where a run and a sweep meet the sinks and the config check, through Hydra's public hooks.
 
-Registered in conf/config.yaml under hydra.callbacks. The multirun events run in the
-launching process, before any job is submitted, and it exits with the status the sweep's
-end decides; jobs (in that process with the basic launcher, in workers with joblib, in their
-own processes or cluster nodes with submitit) read the `Sweep` — with what each sink keeps
-for them — from the sweep folder, which works for every launcher that shares the filesystem
-and leaves no state behind in the process.
+- `RunCheck`, a Hydra callback (conf/config.yaml, hydra.callbacks): a single run's config is
+  checked (rnnexp.config_check) in `on_run_start`, before Hydra makes the run folder.
+- `SweepRecord`, owned by rnnexp's sweeper (hydra_plugins/rnnexp_sweeper) for one sweep:
+  once every job is checked it tells the configured sinks that the sweep starts (MLflow's
+  parent run) and decides what the jobs share — how the machine is divided between parallel
+  jobs (rnnexp.placement) and, with `resume=true`, which jobs already ran (rnnexp.resume);
+  at the end the sinks get the summary, or the reason the sweep stopped. Jobs (in this
+  process, in joblib workers, on cluster nodes with submitit) read the `Sweep` — with what
+  each sink keeps for them — from the sweep folder, which works for every launcher that
+  shares the filesystem and leaves no state behind in the process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -21,81 +27,31 @@ from omegaconf import DictConfig, OmegaConf
 from rnnexp import (
     config_check,
     exit_codes,
+    isolation,
     job,
     placement,
     platform,
     recording,
     resume,
     run_dir,
+    schedule,
+    signals,
     stopping,
 )
 from rnnexp import sinks as sinks_mod
+from rnnexp.errors import Interrupted, RnnexpError, crash_line, signal_name
 from rnnexp.report import err_console, print_error
-from rnnexp.results import FAILED_STATUSES, Result
-
-# The sweep this process is running, from its start to its end: a signal that arrives
-# outside any job (between jobs, in Hydra's own code) still ends its parent run.
-_active: list[tuple[list[sinks_mod.Sink], sinks_mod.Sweep]] = []
-
-
-# The override list of each job of that sweep, by job number.
-_job_overrides: list[list[str]] = []
-
-
-def abort_active(result: Result) -> None:
-    """The running sweep (if any) was cut short, with `result`'s status: its job processes
-    end (rnnexp.stopping), the jobs that started and left no result are recorded with that
-    status, and the sinks are told (the parent run ends)."""
-    while _active:
-        targets, sweep = _active.pop()
-        stopping.end_jobs()
-        for folder in recording.started_without_result(sweep.path):
-            unfinished = unfinished_job(folder, result)
-            if unfinished is not None:
-                recording.publish(targets, unfinished, folder, sweep)
-        for sink in targets:
-            sink.on_abort(sweep, result)
-
-
-def unfinished_job(folder: Path, ended: Result) -> Optional[Result]:
-    """The record of the job in `folder`, ended with the sweep before it had a result."""
-    saved = folder / ".hydra" / "overrides.yaml"
-    if saved.is_file():
-        overrides = [str(o) for o in OmegaConf.load(saved)]
-    elif folder.name.isdigit() and int(folder.name) < len(_job_overrides):
-        overrides = _job_overrides[int(folder.name)]
-    else:
-        return None
-    config = config_check.validated(overrides)
-    if config is None:
-        return None
-    base = config_check.choices(_job_overrides[0]) if _job_overrides else None
-    choices = dict(base or {})
-    for text in overrides:  # this job's own group choices
-        key, sep, value = text.partition("=")
-        if sep and key.lstrip("+") in choices:
-            choices[key.lstrip("+")] = value
-    return Result(choices=choices, overrides=overrides, config=job.plain_config(config),
-                  status=ended.status, reason=f"{ended.reason} — the job was ended with "
-                  "its sweep", platform=platform.current(), git_commit=platform.git_commit())
+from rnnexp.results import CRASHED, FAILED_STATUSES, INTERRUPTED, Result
+from rnnexp.schema import Config
 
 
 def sinks_of(config: DictConfig) -> list[sinks_mod.Sink]:
     return sinks_mod.build(OmegaConf.to_container(config.sinks, resolve=True))
 
 
-def job_configs(config: DictConfig) -> list:
-    """The typed configs of the sweep's jobs in job order, as the CLI checked them (empty if
-    the sweep was not started through `python -m rnnexp`)."""
-    jobs = config_check.expand_jobs(list(config.hydra.overrides.task), True,
-                                    config_check.sweep_params(config))
-    configs = [config_check.validated(j) for j in jobs]
-    return configs if all(c is not None for c in configs) else []
-
-
-def plan_sweep(sweep: sinks_mod.Sweep, config: DictConfig) -> None:
+def plan_sweep(sweep: sinks_mod.Sweep, config: DictConfig, jobs: Sequence[Sequence[str]],
+               configs: Sequence[Config]) -> None:
     """Placement warning and resume decisions, in one line each."""
-    configs = job_configs(config)
     sweep.jobs = len(configs)
     if not configs:
         return
@@ -108,9 +64,7 @@ def plan_sweep(sweep: sinks_mod.Sweep, config: DictConfig) -> None:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     if not configs[0].resume:
         return
-    jobs = config_check.expand_jobs(list(config.hydra.overrides.task), True,
-                                    config_check.sweep_params(config))
-    placed = [placement.for_job(c, num, launch, jobs[num], plat.gpu_count, cores)
+    placed = [placement.for_job(c, num, launch, list(jobs[num]), plat.gpu_count, cores)
               for num, c in enumerate(configs)]
     sweep.skip_jobs = resume.finished_jobs(sweep.path, [job.plain_config(c) for c in placed],
                                            platform.git_commit(), plat.torch_version)
@@ -119,35 +73,109 @@ def plan_sweep(sweep: sinks_mod.Sweep, config: DictConfig) -> None:
                       f"skipping them, running {n - skip}", highlight=False, markup=False)
 
 
-class SweepCallback(Callback):
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        run_dir.claim_run(config)  # two runs started in the same second: two folders
+class RunCheck(Callback):
+    """A single run's config checked before Hydra makes its folder: one line, exit 2."""
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not config.get("resume"):  # a resumed sweep goes on in the folder it names
-            run_dir.claim_sweep(config)
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # Hydra turns a callback's exception into a warning and runs the job: a refusal
+        # here ends the program (SystemExit), as the error boundary of rnnexp.cli would.
+        try:
+            configs = config_check.check_composed([config], multirun=False)
+        except RnnexpError as err:
+            print_error(str(err))
+            sys.exit(exit_codes.USER_ERROR)
+        except Exception:  # HYDRA_FULL_ERROR=1: the error as Hydra raised it
+            traceback.print_exc()
+            sys.exit(exit_codes.USER_ERROR)
+        run_dir.claim_run(config)  # two runs started in the same second: two folders
+        prestart_workers(configs)
+
+
+def prestart_workers(configs: Sequence[Config]) -> None:
+    """Jobs measured in worker processes: their fork server starts now, importing in
+    parallel with the rest of start-up (rnnexp.isolation)."""
+    if any(schedule.uses_workers(c) for c in configs):
+        isolation.prestart()
+
+
+@dataclass
+class SweepRecord:
+    """One sweep as the sinks see it, from its start to its end."""
+
+    config: DictConfig
+    targets: list[sinks_mod.Sink]
+    sweep: sinks_mod.Sweep
+    jobs: Sequence[Sequence[str]]  # each job's overrides, in job order
+    configs: Sequence[Config]  # each job's checked config
+
+    @classmethod
+    def start(cls, config: DictConfig, jobs: Sequence[Sequence[str]],
+              configs: Sequence[Config]) -> SweepRecord:
         folder = Path(str(config.hydra.sweep.dir))
         # A resumed sweep keeps its identity (and its MLflow parent run).
         sweep = (sinks_mod.Sweep.load(folder) if config.get("resume") else None) or \
             sinks_mod.Sweep.start(folder, list(config.hydra.overrides.task))
-        plan_sweep(sweep, config)
-        _job_overrides[:] = config_check.expand_jobs(list(config.hydra.overrides.task), True,
-                                                     config_check.sweep_params(config))
+        plan_sweep(sweep, config, jobs, configs)
         targets = sinks_of(config)
         for sink in targets:
             sink.on_sweep_start(sweep)
         sweep.save()
-        _active[:] = [(targets, sweep)]
+        return cls(config, targets, sweep, jobs, configs)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        _active.clear()
-        folder = Path(str(config.hydra.sweep.dir)).resolve()
+    def abort(self, result: Result) -> None:
+        """The sweep was cut short, with `result`'s status: its job processes end
+        (rnnexp.stopping), the jobs that started and left no result are recorded with that
+        status, and the sinks are told (the parent run ends)."""
+        stopping.end_jobs()
+        for folder in recording.started_without_result(self.sweep.path):
+            unfinished = self.unfinished_job(folder, result)
+            if unfinished is not None:
+                recording.publish(self.targets, unfinished, folder, self.sweep)
+        for sink in self.targets:
+            sink.on_abort(self.sweep, result)
+
+    def unfinished_job(self, folder: Path, ended: Result) -> Optional[Result]:
+        """The record of the job in `folder`, ended with the sweep before it had a result."""
+        if not folder.name.isdigit() or int(folder.name) >= len(self.jobs):
+            return None
+        num = int(folder.name)
+        overrides = [str(o) for o in self.jobs[num]]
+        choices = config_check.app_choices(self.config.hydra.runtime.choices)
+        for text in overrides:  # this job's own group choices
+            key, sep, value = text.partition("=")
+            if sep and key.lstrip("+") in choices:
+                choices[key.lstrip("+")] = value
+        return Result(choices=choices, overrides=overrides,
+                      config=job.plain_config(self.configs[num]), status=ended.status,
+                      reason=f"{ended.reason} — the job was ended with its sweep",
+                      platform=platform.current(), git_commit=platform.git_commit())
+
+    @contextlib.contextmanager
+    def ended_if_stopped(self) -> Iterator[None]:
+        """A launch that stops — interrupted outside any job, a launcher's error (no SLURM
+        here) — ends the sweep's record with the reason, instead of leaving MLflow's parent
+        run RUNNING at the top of its list."""
+        try:
+            yield
+        except (KeyboardInterrupt, Interrupted) as err:
+            if not getattr(err, "recorded", False):  # a job records its own interruption
+                reason = f"interrupted ({signal_name(signals.signum_of(err))})"
+                self.abort(Result(choices={}, overrides=[], config={}, status=INTERRUPTED,
+                                  reason=reason))
+            raise
+        except Exception as err:
+            self.abort(Result(choices={}, overrides=[], config={}, status=CRASHED,
+                              reason=f"the sweep stopped: {crash_line(err)}"))
+            raise
+
+    def end(self) -> None:
+        folder = Path(str(self.config.hydra.sweep.dir)).resolve()
         sweep = sinks_mod.Sweep.load(folder) or sinks_mod.Sweep.start(folder, [])
         jobs = sinks_mod.load_jobs(folder)
         if sweep.skip_jobs:
             err_console.print(f"resume: {len(sweep.skip_jobs)} job(s) skipped, measured "
                               "earlier in this folder", highlight=False, markup=False)
-        for sink in sinks_of(config):
+        for sink in self.targets:
             try:  # one sink's unwritable output does not keep the others from the end
                 sink.on_sweep_end(sweep, jobs)
             except OSError as err:

@@ -1,48 +1,46 @@
-"""`python -m rnnexp`: the Hydra app. Glue only — the config checked once, the job run, its
-result handed to the sinks, and the process's exit status (rnnexp.exit_codes)."""
+"""`python -m rnnexp`: the Hydra app. Glue only — the command line gated before Hydra
+builds anything (rnnexp.config_check.gate), the job run, its result handed to the sinks,
+and the process's exit status (rnnexp.exit_codes). The checks of a run's and a sweep's
+configs happen at Hydra's plugin points: docs/architecture.md."""
 
 from __future__ import annotations
 
-import atexit
+import argparse
 import contextlib
 import os
 import shutil
 import sys
-import threading
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 import hydra
-from hydra._internal import utils as hydra_utils
-from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
 from rnnexp import (
-    callback,
     cli_help,  # noqa: F401 — the resolver `rnnexp --help` lists the groups with
-    compositions,
     config_check,
     credentials,
     estimate,
     execution,
     exit_codes,
-    isolation,
+    hydra_private,
     job,
     kernel_plugins,
     launch,
     placement,
     recording,
-    schedule,
     schema,
     signals,
     sinks,
     timing,
 )
 from rnnexp.errors import (
+    ONE_LINE_ERRORS,
     Interrupted,
     JobCrashed,
     RnnexpError,
@@ -51,13 +49,9 @@ from rnnexp.errors import (
     signal_name,
 )
 from rnnexp.report import RichProgress, err_console, print_error
-from rnnexp.results import CRASHED, INTERRUPTED, RESULTS_FILE, Result, label
+from rnnexp.results import RESULTS_FILE, Result, label
 
 EXIT_USER_ERROR = exit_codes.USER_ERROR
-
-# Plans made before Hydra starts a single run (so a refusal leaves no run folder), by the
-# job's overrides.
-_PLANS: dict[tuple[str, ...], job.Plan] = {}
 
 
 def fail(message: str) -> None:
@@ -65,21 +59,6 @@ def fail(message: str) -> None:
     sys.exit(EXIT_USER_ERROR)
 
 
-def exit_now(code: object) -> None:
-    """End the program as the interpreter would — threads shut down (`threading._shutdown`:
-    pools like concurrent.futures' are told to stop, then non-daemon threads joined), exit
-    handlers run, output flushed — minus its teardown: freeing every module of torch, MLflow
-    and pandas one by one took ~1.3 s after the last line of every run on a 2-core machine."""
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None:
-        shutdown()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code or 0)
 
 
 def discard(output_dir: Path) -> None:
@@ -96,85 +75,161 @@ def report_crash(name: str, err: BaseException) -> None:
                       soft_wrap=True)
 
 
-def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None) -> str:
-    """The task function. `outcome`: the job's Result (or the error that stopped it) when
-    rnnexp's launcher measured it already, with the sweep's other jobs (rnnexp.launch)."""
+@dataclass
+class Task:
+    """What the task function knows of its job, from the config Hydra passes it."""
+
+    cfg: DictConfig
+    config: schema.Config
+    choices: dict[str, str]
+    overrides: list[str]
+    output_dir: Path
+    num: int
+    multirun: bool
+    sweep: Optional[sinks.Sweep]  # as its SweepRecord saved it (None: a single run)
+    name: str
+
+    @classmethod
+    def of(cls, cfg: DictConfig, checked: Optional[schema.Config]) -> Task:
+        hc = HydraConfig.get()
+        choices = config_check.app_choices(hc.runtime.choices)
+        overrides = list(hc.overrides.task)
+        output_dir = Path(hc.runtime.output_dir)
+        multirun = hc.mode == RunMode.MULTIRUN
+        sweep = sinks.Sweep.load(Path(hc.sweep.dir).resolve()) if multirun else None
+        try:  # checked before Hydra made any folder (RunCheck, the sweeper): typed here
+            config = checked or schema.validate(cfg)
+        except RnnexpError as err:
+            if not multirun:
+                discard(output_dir)
+            fail(str(err))
+        num = hc.job.num if multirun else 0  # a single run has no job number
+        return cls(cfg, config, choices, overrides, output_dir, num, multirun, sweep,
+                   label(choices, ("model", "backend", "shape"), overrides=overrides))
+
+    def skipped(self) -> bool:
+        """A job a resumed sweep measured earlier says so and runs nothing."""
+        if self.sweep is None or self.num not in self.sweep.skip_jobs:
+            return False
+        err_console.print(f"skipped: {label(self.choices, overrides=self.overrides)} was "
+                          f"measured earlier in {self.sweep.dir} (resume=true)",
+                          highlight=False, markup=False)
+        return True
+
+    def not_run(self, err: BaseException) -> Result:
+        return execution.not_run(self.config, self.choices, self.overrides, err)
+
+
+@dataclass
+class Prepared:
+    """A job ready to measure: its sinks, and for a single run its plan; in a sweep, its
+    config with its share of the machine and the device lock to hold."""
+
+    targets: list[sinks.Sink]
+    planned: Optional[job.Plan] = None
+    device_lock: Any = contextlib.nullcontext()
+
+
+def prepare(task: Task) -> Prepared:
+    """A refusal here (no such device, a sink that cannot open its store) ends a single run
+    in one line, exit 2, leaving no folder; the sweep's launcher declined its jobs earlier."""
+    try:
+        planned = None
+        if not task.multirun:  # refused before any sink opens its store
+            planned = job.plan(task.config, task.choices, task.overrides)
+            say_how_long(planned)
+        prepared = Prepared(sinks.build(OmegaConf.to_container(task.cfg.sinks, resolve=True)),
+                            planned)
+        if task.sweep is not None:  # parallel jobs divide the machine (one per device)
+            launcher = OmegaConf.to_container(HydraConfig.get().launcher, resolve=True)
+            task.config, prepared.device_lock = placement.in_sweep(
+                task.config, task.num, launcher, task.sweep.jobs, task.sweep.path,
+                task.overrides)
+    except RnnexpError as err:
+        if not task.multirun:
+            discard(task.output_dir)
+        fail(str(err))
+    return prepared
+
+
+def measure(task: Task, prepared: Prepared, outcome: Optional[launch.Outcome]) -> Result:
+    """The job's Result: measured here, or as rnnexp's launcher measured it with the
+    sweep's other jobs (`outcome`)."""
+    try:
+        if outcome is not None:
+            return launch.outcome_of(outcome)  # type: ignore[return-value]
+        with prepared.device_lock, RichProgress(task.name) as progress:
+            return execution.run(task.config, task.choices, task.overrides, progress,
+                                 task.output_dir, planned=prepared.planned)
+    finally:
+        signals.settle()
+
+
+def measured_or_declined(task: Task, prepared: Prepared,
+                         outcome: Optional[launch.Outcome]) -> Result:
+    """`measure`, with a job that could not be measured recorded as such: stopped by the
+    scheduler (KILLED, the sweep goes on), declined, or crashed."""
+    try:
+        return measure(task, prepared, outcome)
+    except signals.Killed as err:
+        err_console.print(f"[red]{escape(str(err))}[/]", highlight=False)
+        return task.not_run(err)
+    except RnnexpError as err:
+        if isinstance(err, JobCrashed):
+            report_crash(task.name, err)
+        elif not task.multirun:
+            discard(task.output_dir)
+            fail(str(err))
+        else:
+            # In a sweep, a combination that cannot run is reported and the sweep goes on.
+            err_console.print(f"[yellow]declined:[/] {escape(str(err))}", highlight=False,
+                              soft_wrap=True)
+        return task.not_run(err)
+    except Exception as err:  # a crash outside the job proper (planning, a backend)
+        report_crash(task.name, err)
+        return task.not_run(err)
+
+
+def record_interrupted(task: Task, prepared: Prepared, err: BaseException,
+                       measured: Optional[Result], recorded: bool) -> None:
+    """Recorded KILLED (the sweep's parent too); the console shows the one line of main. A
+    result measured before the signal is recorded as it is, never as killed, and one already
+    recorded is left as it is (rnnexp.recording)."""
+    killed = task.not_run(err)
+    if not recorded:
+        recording.publish(prepared.targets, measured or killed, task.output_dir, task.sweep)
+    err.measured = measured is not None  # type: ignore[attr-defined]
+    if task.sweep is not None:
+        for sink in prepared.targets:
+            sink.on_abort(task.sweep, killed)
+    err.recorded = True  # type: ignore[attr-defined]
+
+
+def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None,
+            checked: Optional[schema.Config] = None) -> str:
+    """The task function: the job whose config Hydra passes, measured and recorded.
+    `checked`: its typed config, as the run's check made it (rnnexp's launcher hands it
+    over); `outcome`: the job's Result (or the error that stopped it) when rnnexp's launcher
+    measured it already, with the sweep's other jobs (rnnexp.launch)."""
     # What the sweep set up lives as long as it: the automatic full collections between jobs
     # skip it (one cost 0.3 s in a 16-job sweep).
     timing.freeze_once()
     signals.install()  # also in a launcher's own job process (submitit, joblib's workers)
-    hc = HydraConfig.get()
-    multirun = hc.mode == RunMode.MULTIRUN
-    choices = config_check.app_choices(hc.runtime.choices)
-    overrides = list(hc.overrides.task)
-    output_dir = Path(hc.runtime.output_dir)
-    sweep = sinks.Sweep.load(Path(hc.sweep.dir).resolve()) if multirun else None
-    name = label(choices, ("model", "backend", "shape"), overrides=overrides)
-    if sweep is not None and hc.job.num in sweep.skip_jobs:
-        err_console.print(f"skipped: {label(choices, overrides=overrides)} was measured "
-                          f"earlier in {sweep.dir} (resume=true)", highlight=False,
-                          markup=False)
+    task = Task.of(cfg, checked)
+    if task.skipped():
         return "skipped"
-    device_lock = contextlib.nullcontext()
-    try:
-        config = config_check.typed(cfg, overrides)
-        targets = sinks.build(OmegaConf.to_container(cfg.sinks, resolve=True))
-        if sweep is not None:  # parallel jobs divide the machine (one timing job per device)
-            config, device_lock = placement.in_sweep(
-                config, hc.job.num, OmegaConf.to_container(hc.launcher, resolve=True),
-                sweep.jobs, sweep.path, overrides)
-    except RnnexpError as err:
-        if not multirun:
-            discard(output_dir)
-        fail(str(err))
+    prepared = prepare(task)
     signals.stop_job_on_scheduler()  # they stop the measurement, not the recording
     result = recorded = None
     try:
-        try:
-            try:
-                if outcome is not None:
-                    result = launch.outcome_of(outcome)
-                else:
-                    with device_lock, RichProgress(name) as progress:
-                        result = execution.run(
-                            config, choices, overrides, progress, output_dir,
-                            planned=_PLANS.pop(config_check._key(overrides), None))
-            finally:
-                signals.settle()
-        except signals.Killed as err:
-            # Stopped by the scheduler: recorded KILLED with the reason; the sweep goes on.
-            err_console.print(f"[red]{escape(str(err))}[/]", highlight=False)
-            result = execution.not_run(config, choices, overrides, err)
-        except RnnexpError as err:
-            if isinstance(err, JobCrashed):
-                report_crash(name, err)
-            elif not multirun:
-                discard(output_dir)
-                fail(str(err))
-            else:
-                # In a sweep, a combination that cannot run is reported and the sweep goes on.
-                err_console.print(f"[yellow]declined:[/] {escape(str(err))}", highlight=False,
-                                  soft_wrap=True)
-            result = execution.not_run(config, choices, overrides, err)
-        except Exception as err:  # a crash outside the job proper (planning, a backend)
-            report_crash(name, err)
-            result = execution.not_run(config, choices, overrides, err)
+        result = measured_or_declined(task, prepared, outcome)
         recorded = result  # a signal waits until it is recorded (recording.publish)
-        recording.publish(targets, result, output_dir, sweep)
+        recording.publish(prepared.targets, result, task.output_dir, task.sweep)
     except (KeyboardInterrupt, Interrupted) as err:
-        # Recorded KILLED (the sweep's parent too); the console shows the one line below. A
-        # result measured before the signal is recorded as it is, never as killed.
-        killed = execution.not_run(config, choices, overrides, err)
-        measured = recorded or result or launch.measured(outcome)
-        if recorded is None:
-            recording.publish(targets, measured or killed, output_dir, sweep)
-        err.measured = measured is not None  # type: ignore[union-attr]
-        if sweep is not None:
-            for sink in targets:
-                sink.on_abort(sweep, killed)
-        err.recorded = True  # type: ignore[union-attr]
+        record_interrupted(task, prepared, err, recorded or result or launch.measured(outcome),
+                           recorded=recorded is not None)
         raise
-    if not multirun:
+    if not task.multirun:
         exit_codes.set_pending(exit_codes.for_statuses([result.status]))
     return result.status
 
@@ -185,56 +240,26 @@ hydra_main = hydra.main(version_base="1.3", config_path=str(config_check.CONF_DI
                         config_name=config_check.CONFIG_NAME)(run_job)
 
 
-def _hydra_errors_in_one_line() -> None:
-    """Hydra reports its own errors (a folder it cannot create, a config it cannot load) as
-    a trimmed traceback in `run_and_report`, the one place every Hydra entry point passes
-    through; replace that with the one-line error. HYDRA_FULL_ERROR=1 keeps Hydra's own."""
-    original = hydra_utils.run_and_report
-    if getattr(original, "rnnexp", False):  # replaced already (main called again in-process)
+@contextlib.contextmanager
+def hydra_raising() -> Iterator[None]:
+    """Hydra prints its own errors (a folder it cannot create, a config it cannot load) as a
+    trimmed traceback unless HYDRA_FULL_ERROR=1, its documented switch, when it raises them:
+    set while Hydra runs, so that `main` prints them in one line. ONE_LINE_ERRORS marks it
+    as rnnexp's, so that `full_error()` — here and in the processes a launcher starts —
+    still reads the user's own choice."""
+    if full_error():
+        yield
         return
-
-    def run_and_report(func):
-        if full_error():
-            return original(_ending_the_sweep_on_error(func))
-        try:
-            return _ending_the_sweep_on_error(func)()
-        except Exception as err:
-            print_error(config_check.one_line(err))
-            sys.exit(EXIT_USER_ERROR)
-
-    run_and_report.rnnexp = True  # type: ignore[attr-defined]
-    hydra_utils.run_and_report = run_and_report
-
-
-def _ending_the_sweep_on_error(func):
-    """A sweep whose launch fails (no SLURM here, a launcher's error) ends its parent run
-    FAILED with the reason, instead of leaving it RUNNING at the top of the MLflow list."""
-    def run():
-        try:
-            return func()
-        except Exception as err:
-            callback.abort_active(Result(choices={}, overrides=[], config={}, status=CRASHED,
-                                         reason=f"the sweep stopped: {crash_line(err)}"))
-            raise
-    return run
-
-
-def _no_second_batch_check() -> None:
-    """Hydra's BasicSweeper composes every job of a sweep before launching any, only to see
-    that it composes (its launcher then composes each again); `config_check.check` has
-    composed and validated every job already, so that pass goes (~0.065 s a job)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    BasicSweeper.validate_batch_is_legal = lambda self, batch: None
-
-
-def plan_ahead(overrides: list[str]) -> None:
-    """A single run is planned (device, backend, memory) before Hydra makes its folder."""
-    user = config_check.user_overrides(overrides)
-    config, choices = config_check.validated(user), config_check.choices(user)
-    if config is not None and choices is not None:
-        planned = _PLANS[config_check._key(user)] = job.plan(config, choices, user)
-        say_how_long(planned)
+    saved = {k: os.environ.get(k) for k in ("HYDRA_FULL_ERROR", ONE_LINE_ERRORS)}
+    os.environ.update({"HYDRA_FULL_ERROR": "1", ONE_LINE_ERRORS: "1"})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def say_how_long(planned: job.Plan) -> None:
@@ -247,44 +272,49 @@ def say_how_long(planned: job.Plan) -> None:
         err_console.print(found.line(), highlight=False, markup=False, soft_wrap=True)
 
 
+def informational(args: argparse.Namespace) -> bool:
+    """--help, --hydra-help, --info, --cfg, --shell-completion: Hydra shows, nothing runs."""
+    return bool(args.help or args.hydra_help or args.info or args.cfg or
+                args.shell_completion)
+
+
+def gate(args: argparse.Namespace) -> None:
+    """The command line checked before Hydra builds anything (rnnexp.config_check.gate);
+    credentials a config file holds are handed to Hydra hidden."""
+    try:
+        overrides = config_check.gate(
+            args.overrides, multirun=args.multirun, config_path=args.config_path,
+            config_dir=args.config_dir, config_name=args.config_name)
+    except RnnexpError as err:
+        fail(str(err))
+    sys.argv += overrides[len(args.overrides):]
+
+
 def main() -> None:
     schema.register(with_deepbench=any("deepbench" in arg for arg in sys.argv[1:]))
     kernel_plugins.register()  # model=<name> of every installed kernel plugin
     # Credentials leave the tracking URI before Hydra records the command line anywhere.
     sys.argv[1:] = credentials.take_from_process(sys.argv[1:])
     signals.install()
-    args, _ = get_args_parser().parse_known_args()
+    args, _ = hydra_private.args_parser().parse_known_args()
     if args.experimental_rerun is not None:  # it unpickles the file: code from anywhere
         fail("--experimental-rerun: refused — it loads a pickle, which can run any code; "
              "run the command line again instead")
-    informational = args.help or args.hydra_help or args.info or args.cfg or \
-        args.shell_completion
     try:
-        if not informational:
-            try:
-                checked, configs = config_check.check_hiding_credentials(
-                    args.overrides, multirun=args.multirun, config_path=args.config_path,
-                    config_dir=args.config_dir, config_name=args.config_name)
-                sys.argv += checked[len(args.overrides):]  # credentials from config files
-                args.overrides = checked
-                if any(schedule.uses_workers(c) for c in configs):
-                    isolation.prestart()  # imports in parallel with the rest of start-up
-                if not args.multirun and len(configs) == 1:
-                    plan_ahead(args.overrides)
-                _no_second_batch_check()  # every job was composed and validated above
-                compositions.install()  # the launcher reuses the compositions made above
-            except RnnexpError as err:
-                fail(str(err))
-        _hydra_errors_in_one_line()
-        hydra_main()
+        if not informational(args):
+            gate(args)
+        with hydra_raising():
+            hydra_main()
     except (KeyboardInterrupt, Interrupted) as err:
         signum = signals.signum_of(err)
-        if not getattr(err, "recorded", False):  # outside any job: end the sweep's parent
-            callback.abort_active(Result(choices={}, overrides=[], config={},
-                                         status=INTERRUPTED,
-                                         reason=f"interrupted ({signal_name(signum)})"))
         print_error(f"interrupted by {signal_name(signum)} — " + (
             "the run had ended and is recorded as it ended" if getattr(err, "measured", False)
             else "the current run is recorded as killed"))
         sys.exit(exit_codes.for_signal(signum))
+    except RnnexpError as err:  # a run's or a sweep's check (callback, sweeper)
+        fail(str(err))
+    except Exception as err:  # Hydra's own (a folder it cannot create, ...)
+        if full_error():
+            raise
+        fail(config_check.one_line(err))
     sys.exit(exit_codes.pending())

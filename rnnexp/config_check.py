@@ -1,11 +1,16 @@
-"""Compose and validate every job's config before anything runs, and say what is wrong in
-one line.
+"""Compose and validate jobs' configs before anything runs, and say what is wrong in one
+line.
 
-Hydra reports composition errors over several lines (and a sweep would only fail when it
-reaches the bad job), so the CLI first expands the command line into its jobs with Hydra's
-own override parser and sweeper — including sweeps that a preset (`+experiment=...`) defines
-in `hydra.sweeper.params` — composes each with the compose API and validates it. The typed
-configs are kept, so a job that runs in this process is not validated a second time.
+Three moments, each at a public extension point of Hydra (docs/architecture.md):
+- `gate`, before Hydra starts (rnnexp.cli): the command line's grammar and `_target_`s, the
+  run/sweep folder, and the `_target_`s of the config Hydra is about to compose — its own
+  node's callbacks, launcher and sweeper are built by Hydra before any plugin of rnnexp runs.
+- `check_composed`, on each job Hydra composed: for a single run from the `RunCheck`
+  callback (rnnexp.callback) before the run folder exists; for a sweep from rnnexp's
+  sweeper (`validate_batch_is_legal`), every job before any runs or any folder is made.
+- `check`, the same for a command line without Hydra's app around it (tests, the harness).
+Hydra reports composition errors over several lines; `one_line` keeps the field and what
+would work.
 """
 
 from __future__ import annotations
@@ -13,24 +18,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import itertools
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra._internal.hydra import Hydra
-from hydra._internal.utils import create_automatic_config_search_path
+from hydra.core.config_loader import ConfigLoader
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
-from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rnnexp import compositions, credentials, kernel_plugins, sinks, targets
+from rnnexp import compositions, credentials, hydra_private, kernel_plugins, sinks, targets
 from rnnexp.errors import ConfigError, RnnexpError, full_error
 from rnnexp.identity import MeasurementKey, duplicates
 from rnnexp.report import print_warning
@@ -64,22 +68,48 @@ def _hydra_overrides(overrides: Sequence[str]) -> list[str]:
             if _is_hydras(o) and not parser.parse_override(o).is_sweep_override()]
 
 
+def _loader() -> Optional[ConfigLoader]:
+    """The config loader of the Hydra context this runs in, if any: `glob(*)` lists the
+    options of a group through it."""
+    hydra = GlobalHydra.instance()
+    return hydra.config_loader() if hydra.is_initialized() else None
+
+
+def _no_list(override: Override) -> ConfigError:
+    """interval(a,b): a search space for an optimising sweeper, not a list of jobs."""
+    return ConfigError(override.get_key_element(), f"{override.input_line}: an interval has "
+                       "no list of values to run", "use range(start,stop,step) or a,b,c")
+
+
+def expand(parsed: Sequence[Override]) -> list[list[str]]:
+    """The jobs of a sweep in Hydra's override grammar: every combination of each key's
+    values (a list, `range()`, `choice()`, `glob()`), in command-line order; a key given
+    twice takes its last value, as Hydra's basic sweeper does."""
+    by_key: dict[str, list[str]] = {}
+    for override in parsed:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            by_key[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            by_key[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise _no_list(override)
+    return [list(job) for job in itertools.product(*by_key.values())]
+
+
 def expand_jobs(overrides: Sequence[str], multirun: bool,
-                preset_params: Sequence[str] = ()) -> list[list[str]]:
+                preset_params: Sequence[str] = (),
+                loader: Optional[ConfigLoader] = None) -> list[list[str]]:
     """The override list of every job the command line describes (Hydra's sweep grammar);
     `preset_params` are sweep parameters a config defines (hydra.sweeper.params), which the
-    command line overrides, as Hydra's basic sweeper does."""
+    command line overrides. `loader`: for `glob()` (default: the current Hydra context's)."""
     user = user_overrides(overrides)
     if not multirun:
         return [user]
-    keys = {o.split("=", 1)[0].lstrip("~+") for o in user}
+    keys = {o.split("=", 1)[0].lstrip("~+") for o in user}  # `+key=` replaces `key=` too
     params = [p for p in preset_params if p.split("=", 1)[0] not in keys]
-    # Within a Hydra context (the checks, a running sweep) `glob(*)` can list group options.
-    loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() \
-        else None
-    parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *user])
-    batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
-    return [list(job) for batch in batches for job in batch]
+    parser = OverridesParser.create(config_loader=loader or _loader())
+    return expand(parser.parse_overrides([*params, *user]))
 
 
 def sweep_params(cfg) -> list[str]:
@@ -127,8 +157,7 @@ def check_command_line(overrides: Sequence[str]) -> None:
     """The grammar of every override, Hydra's own included, and the allowlist for any
     `_target_` an override sets or adds (e.g. +hydra.callbacks.x._target_=...). Within a
     Hydra context (`check`): glob() lists the options of the group it sweeps."""
-    loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() \
-        else None
+    loader = _loader()
     parser, parsed = OverridesParser.create(config_loader=loader), []
     for text in overrides:
         try:
@@ -139,9 +168,11 @@ def check_command_line(overrides: Sequence[str]) -> None:
     for override in parsed:
         key = override.key_or_group
         if loader is not None and not override.is_delete() and override.value() is None \
-                and loader.repository.group_exists(key):
+                and compositions.is_group(loader, key):
             raise ConfigError(key, "null is not an option of this group",
                               f"choose one of: {', '.join(group_options(key)) or '?'}")
+        if override.is_sweep_override() and not override.is_discrete_sweep():
+            raise _no_list(override)
         values = list(override.sweep_iterator()) if override.is_sweep_override() else \
             [override.value()]
         for value in values:
@@ -176,70 +207,20 @@ def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
                           "choose a writable folder") from None
 
 
-# Typed configs of the jobs checked in this process, by their overrides.
-_VALIDATED: dict[tuple[str, ...], Config] = {}
-# Their config-group choices (model, backend, ...), for jobs composed with Hydra's config.
-_CHOICES: dict[tuple[str, ...], dict[str, str]] = {}
-
-
-def _key(overrides: Sequence[str]) -> tuple[str, ...]:
-    return tuple(sorted(user_overrides(overrides)))
-
-
 def app_choices(choices) -> dict[str, str]:
     """A composed job's config-group choices, Hydra's own (hydra/launcher, ...) left out."""
     return {k: v for k, v in choices.items() if not k.startswith("hydra/")}
 
 
-def typed(cfg, overrides: Sequence[str]) -> Config:
-    """A composed job's typed config: the one `check` made, when it ran in this process."""
-    return validated(overrides) or validate(cfg)
-
-
-def validated(overrides: Sequence[str]) -> Config | None:
-    """The typed config `check` made for a job with these overrides, if it ran here."""
-    return _VALIDATED.get(_key(overrides))
-
-
-def choices(overrides: Sequence[str]) -> dict[str, str] | None:
-    """The group choices of a single job `check` composed, if it ran here."""
-    return _CHOICES.get(_key(overrides))
-
-
 @contextlib.contextmanager
-def _composition_errors_in_one_line() -> Iterator[None]:
+def one_line_errors() -> Iterator[None]:
+    """Hydra's and OmegaConf's errors as RnnexpError with one line (`one_line`)."""
     try:
         yield
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         if full_error():  # Hydra's own error and traceback, as the user asked
             raise
         raise RnnexpError(one_line(err)) from None
-
-
-def _compose_job(job: Sequence[str], hydra_overrides: Sequence[str] = (),
-                 config_name: str = CONFIG_NAME):
-    """A job's config as the launcher composes it (Hydra's node included), through
-    rnnexp.compositions: each distinct set of group choices is composed once, and the
-    launcher of this process's sweep finds the composition made here."""
-    loader = GlobalHydra.instance().config_loader()
-    with _composition_errors_in_one_line():
-        return compositions.load(loader, config_name, [*hydra_overrides, *job])
-
-
-def check_hiding_credentials(overrides: Sequence[str], multirun: bool,
-                             **where: str | None) -> tuple[list[str], list[Config]]:
-    """`check`, and the overrides Hydra must compose with so that no credential a config
-    file holds (a URI's password or token) is recorded: each such value is replaced by its
-    hidden form (rnnexp.credentials), and the jobs checked again with it. (overrides, configs)
-    """
-    configs = check(overrides, multirun, **where)
-    plain = OmegaConf.to_container(OmegaConf.structured(configs[0]), resolve=True,
-                                   enum_to_str=True) if configs else {}
-    extra = credentials.hidden_overrides(plain)
-    if not extra:
-        return list(overrides), configs
-    overrides = [*overrides, *extra]
-    return overrides, check(overrides, multirun, **where)
 
 
 # Launcher fields that are durations in minutes (submitit's): at least one.
@@ -269,67 +250,89 @@ def check_run(cfg: DictConfig, multirun: bool) -> None:
             raise ConfigError(f"hydra.launcher.{name}", f"must be ≥ 1 minute, got {value}")
 
 
-@contextlib.contextmanager
-def _as_hydra_searches(config_path: str | None, config_dir: str | None) -> Iterator[None]:
-    """Hydra initialised with the config search path its app will use: the primary config
-    folder (--config-path), with --config-dir before it, as Hydra's `_run_hydra` makes it
-    (the primary config's own hydra.searchpath is read while composing)."""
-    search_path = create_automatic_config_search_path(None, APP_MODULE,
-                                                      config_path or str(CONF_DIR))
-    if config_dir is not None:
-        folder = os.path.abspath(config_dir)
-        if not os.path.isdir(folder):
-            raise RnnexpError(f"--config-dir: {folder} is not a folder")
-        search_path.prepend(provider="command-line", path=f"file://{folder}")
-    backup = get_gh_backup()
-    Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
-    try:
-        yield
-    finally:
-        restore_gh_from_backup(backup)
+def check_job(cfg: DictConfig) -> Config:
+    """One composed job: every `_target_` against the allowlist (Hydra's node included), the
+    schema, the sinks' and the model factory's options. Nothing is instantiated."""
+    app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    targets.check_tree("", app)
+    targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
+    config = validate(cfg)
+    sinks.check(config.sinks)
+    targets.bind("model.build", config.model.build,  # None: the spec (and weights)
+                 *kernel_plugins.factory_args(config.model.build))
+    return config
 
 
-def check(overrides: Sequence[str], multirun: bool, config_path: str | None = None,
-          config_dir: str | None = None, config_name: str | None = None) -> list[Config]:
-    """Compose and validate each job (its sinks' and model factory's options too, and every
-    `_target_` against the allowlist, Hydra's node included) from the configs Hydra will
-    read (--config-path, --config-dir, --config-name); raise RnnexpError with one line on
-    the first problem. Nothing is instantiated. Returns the typed configs, in job order."""
-    check_output_dir(overrides, multirun)
-    configs = []
-    name = config_name or CONFIG_NAME
-    with _composition_errors_in_one_line(), _as_hydra_searches(config_path, config_dir):
-        check_command_line(overrides)
-        composed = {}
-        hydra_overrides = _hydra_overrides(overrides)
-        try:
-            jobs = expand_jobs(overrides, multirun)
-            if len(jobs) == 1:  # a preset may make this a sweep (hydra.mode, sweeper.params)
-                base = _compose_job(jobs[0], hydra_overrides, name)
-                composed[_key(jobs[0])] = base
-                _CHOICES[_key(jobs[0])] = app_choices(base.hydra.runtime.choices)
-                targets.check_hydra(OmegaConf.to_container(base.hydra, resolve=False))
-                multirun = multirun or OmegaConf.select(base, "hydra.mode") == RunMode.MULTIRUN
-                if multirun:
-                    jobs = expand_jobs(overrides, True, sweep_params(base))
-        except OverrideParseException as err:
-            raise RnnexpError(f"command line: {one_line(err)}") from None
-        for job in jobs:
-            cfg = composed.get(_key(job)) or _compose_job(job, hydra_overrides, name)
+def check_composed(cfgs: Iterable[DictConfig], multirun: bool) -> list[Config]:
+    """Every job of a run or sweep (`cfgs` may compose them as they are read), in one line
+    on the first problem; their typed configs, in job order."""
+    configs: list[Config] = []
+    with one_line_errors():
+        for cfg in cfgs:
             if not configs:
                 check_run(cfg, multirun)
-            app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()
-                   if k != "hydra"}
-            targets.check_tree("", app)
-            targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
-            config = validate(cfg)
-            sinks.check(config.sinks)
-            targets.bind("model.build", config.model.build,  # None: the spec (and weights)
-                         *kernel_plugins.factory_args(config.model.build))
-            _VALIDATED[_key(job)] = config
-            configs.append(config)
+            configs.append(check_job(cfg))
     for same in duplicates([MeasurementKey.of_config(c) for c in configs]):
         print_warning(f"jobs {', '.join(map(str, same))} take the same measurement the same way "
                       "(rnnexp.identity): their results are repeats of one — resume counts "
                       "one done for all")
     return configs
+
+
+def _searching(config_path: str | None, config_dir: str | None):
+    """A Hydra context with the config search path the app will have."""
+    return hydra_private.app_search(APP_MODULE, config_path or str(CONF_DIR), config_dir)
+
+
+def _composed(loader: ConfigLoader, name: str, overrides: Sequence[str],
+              multirun: bool) -> DictConfig:
+    """The config Hydra composes for the command line (for a sweep: without its sweeps)."""
+    mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+    return loader.load_configuration(name, list(overrides), mode)
+
+
+def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = None,
+         config_dir: str | None = None, config_name: str | None = None) -> list[str]:
+    """What must hold before Hydra builds anything: the command line (grammar, `_target_`s,
+    its folder), and the config Hydra composes from it (the `_target_`s of its app tree and
+    of Hydra's node). Returns the overrides Hydra must compose with so that no credential a
+    config file holds (a URI's password or token) is recorded: each such value replaced by
+    its hidden form (rnnexp.credentials)."""
+    check_output_dir(overrides, multirun)
+    with one_line_errors(), _searching(config_path, config_dir):
+        check_command_line(overrides)
+        loader = GlobalHydra.instance().config_loader()
+        try:
+            cfg = _composed(loader, config_name or CONFIG_NAME, overrides, multirun)
+        except OverrideParseException as err:
+            raise RnnexpError(f"command line: {one_line(err)}") from None
+        app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        targets.check_tree("", OmegaConf.to_container(app, resolve=False))
+        targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
+        plain = OmegaConf.to_container(app, resolve=True)
+    return [*overrides, *credentials.hidden_overrides(plain)]
+
+
+def check(overrides: Sequence[str], multirun: bool, config_path: str | None = None,
+          config_dir: str | None = None, config_name: str | None = None) -> list[Config]:
+    """Compose and validate each job of a command line, as `gate` and then the callback or
+    sweeper of a run would (a preset's `hydra.sweeper.params` and `hydra.mode` included);
+    raise RnnexpError with one line on the first problem. Returns the typed configs."""
+    check_output_dir(overrides, multirun)
+    name = config_name or CONFIG_NAME
+    with one_line_errors(), _searching(config_path, config_dir):
+        check_command_line(overrides)
+        loader = GlobalHydra.instance().config_loader()
+        hydra_overrides = _hydra_overrides(overrides)
+        try:
+            jobs = expand_jobs(overrides, multirun, loader=loader)
+            if len(jobs) == 1:  # a preset may make this a sweep (hydra.mode, sweeper.params)
+                base = compositions.load(loader, name, [*hydra_overrides, *jobs[0]])
+                targets.check_hydra(OmegaConf.to_container(base.hydra, resolve=False))
+                multirun = multirun or OmegaConf.select(base, "hydra.mode") == RunMode.MULTIRUN
+                if multirun:
+                    jobs = expand_jobs(overrides, True, sweep_params(base), loader)
+        except OverrideParseException as err:
+            raise RnnexpError(f"command line: {one_line(err)}") from None
+        return check_composed((compositions.load(loader, name, [*hydra_overrides, *job])
+                               for job in jobs), multirun)

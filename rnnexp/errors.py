@@ -2,10 +2,14 @@
 
 import os
 
+# Set beside HYDRA_FULL_ERROR=1 when rnnexp set that itself, for Hydra to raise its errors
+# to rnnexp.cli.main (rnnexp.cli.hydra_raising), not because the user asked.
+ONE_LINE_ERRORS = "RNNEXP_ONE_LINE_ERRORS"
+
 
 def full_error() -> bool:
     """HYDRA_FULL_ERROR=1: the user asked for tracebacks instead of one-line errors."""
-    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+    return os.environ.get("HYDRA_FULL_ERROR") == "1" and os.environ.get(ONE_LINE_ERRORS) != "1"
 
 
 class RnnexpError(Exception):

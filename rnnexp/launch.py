@@ -33,12 +33,11 @@ class _Job:
     history: execution.History
 
 
-def job_parts(cfg: DictConfig) -> tuple[schema.Config, dict[str, str], list[str]]:
-    """A composed job's typed config (as the config check made it, when it ran here), group
-    choices and overrides."""
-    overrides = list(cfg.hydra.overrides.task)
-    return (config_check.typed(cfg, overrides), config_check.app_choices(cfg.hydra.runtime.choices),
-            overrides)
+def job_parts(cfg: DictConfig, typed: schema.Config) -> tuple[schema.Config, dict[str, str],
+                                                            list[str]]:
+    """A composed job's typed config, group choices and overrides."""
+    return typed, config_check.app_choices(cfg.hydra.runtime.choices), \
+        list(cfg.hydra.overrides.task)
 
 
 def _output_dir(cfg: DictConfig) -> Path:
@@ -55,7 +54,8 @@ class SweepRun:
     sweep_id: str = "sweep"
 
     @classmethod
-    def plan(cls, configs: Sequence[DictConfig]) -> SweepRun:
+    def plan(cls, configs: Sequence[DictConfig], typed: dict[int, schema.Config]) -> SweepRun:
+        """`typed`: each job's typed config, by job number."""
         run = cls(configs)
         if not configs:
             return run
@@ -68,7 +68,7 @@ class SweepRun:
             if num in skip:
                 continue
             try:
-                config, choices, overrides = job_parts(cfg)
+                config, choices, overrides = job_parts(cfg, typed[num])
                 p = job.plan(config, choices, overrides)
             except RnnexpError as err:
                 run.refused[num] = err

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
-from rnnexp import deepbench
+from rnnexp import deepbench, hydra_private
 from rnnexp.deepbench import DeepBenchConfig
 from rnnexp.errors import ConfigError
 
@@ -378,23 +378,13 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
 }
 
 
-def share_store() -> None:
-    """Every composition makes a CachingConfigRepository, which deep-copies Hydra's config
-    repository so that re-initialising its sources leaves the original alone — and with it
-    the ConfigStore singleton its structured-config source points to: every stored node, at
-    every composition (with DeepBench's 110 problems stored, 0.21 → 0.09 s a job's config
-    here). The store hands out a deep copy of a node on every load (ConfigStore.load), so no
-    composition can change it, and the copies may share it. Idempotent."""
-    ConfigStore.__deepcopy__ = lambda self, memo: self
-
-
 def register(extra: dict[str, dict[str, type]] | None = None,
              with_deepbench: bool = True) -> None:
     """Store the schemas where the YAML defaults lists look for them, and DeepBench's
     problems as the `deepbench` group (storing its 110 problems takes 0.19 s, so the command
     line leaves them out unless it names them; compositions no longer pay for them:
-    share_store)."""
-    share_store()
+    hydra_private.share_store)."""
+    hydra_private.share_store()
     if with_deepbench:
         deepbench.register()
     cs = ConfigStore.instance()
@@ -433,13 +423,18 @@ def check_closed(cfg: DictConfig, path: str = "") -> None:
 def validate(cfg: DictConfig) -> Config:
     """Build the dataclasses (running the range checks); errors name the full field."""
     check_closed(cfg)
+    if "hydra" in cfg:  # composed with return_hydra_config: not part of the app's config
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            del cfg["hydra"]
+    try:
+        return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+    except ConfigError:
+        pass
+    # A range check failed: built group by group again, the error names the full field.
     for group in ("model", "backend", "shape", "device", "bench"):
         try:
             OmegaConf.to_object(cfg[group])
         except ConfigError as err:
             raise ConfigError(f"{group}.{err.field}", str(err).split(": ", 1)[1]) from None
-    if "hydra" in cfg:  # composed with return_hydra_config: not part of the app's config
-        cfg = cfg.copy()
-        with open_dict(cfg):
-            del cfg["hydra"]
     return OmegaConf.to_object(cfg)  # type: ignore[return-value]

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from rnnexp.config_check import check, expand_jobs, validated
+from rnnexp.config_check import check, expand_jobs
 from rnnexp.errors import ConfigError, RnnexpError
 from rnnexp.schema import DeviceKind, DType, validate
 from tests.conftest import choices_of, compose_cfg
@@ -102,14 +102,8 @@ def test_a_preset_sweep_is_expanded_and_checked_job_by_job():
     assert len(check(["+experiment=fastrnns", "model=lstm,jit"], multirun=True)) == 2
 
 
-def test_checked_configs_are_kept_for_the_job():
-    (config,) = check(["shape=small", "model=jit"], multirun=False)
-    assert validated(["model=jit", "shape=small"]) is config
-    assert validated(["model=py"]) is None
-
-
 def test_compositions_sharing_the_config_store_equal_hydras_and_leave_the_store_alone():
-    """schema.share_store stops Hydra deep-copying the ConfigStore at every
+    """hydra_private.share_store stops Hydra deep-copying the ConfigStore at every
     composition; the configs (Hydra's own node included) must be what Hydra composes with
     its copy, and what a composition gets from the store must still be its own copy."""
     from hydra import compose, initialize_config_dir
@@ -117,7 +111,7 @@ def test_compositions_sharing_the_config_store_equal_hydras_and_leave_the_store_
     from omegaconf import OmegaConf, open_dict
 
     from rnnexp.config_check import CONF_DIR
-    from rnnexp.schema import share_store
+    from rnnexp.hydra_private import share_store
 
     jobs = [["model=jit_layernorm", "backend=jit", "backend.executor=simple"],
             ["model=quantized_lstm", "+sinks=fastrnns", "bench=adaptive", "shape=small"]]
@@ -142,3 +136,15 @@ def test_compositions_sharing_the_config_store_equal_hydras_and_leave_the_store_
     with open_dict(node):
         node.seed = 12345
     assert store.load("rnnexp_schema.yaml").node.seed != 12345
+
+
+def test_a_single_run_is_checked_by_a_hydra_callback_that_ends_the_program(capsys):
+    """Hydra turns a callback's exception into a warning and runs the job anyway: the check
+    of a single run (before Hydra makes its folder) ends the program itself, exit 2."""
+    from rnnexp.callback import RunCheck
+
+    RunCheck().on_run_start(config=compose_cfg(["shape=small"]))  # a good config passes
+    with pytest.raises(SystemExit) as exit_:
+        RunCheck().on_run_start(config=compose_cfg(["shape.hidden_size=-3"]))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip() == "error: shape.hidden_size: must be ≥ 1, got -3"

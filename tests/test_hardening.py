@@ -94,7 +94,7 @@ BAD_INPUTS = [
     (["+hydra.callbacks.evil._target_=hydra.utils.instantiate",
       "+hydra.callbacks.evil.config={_target_:rnnexp.cli.discard,output_dir:.}"],
      "hydra.callbacks.evil._target_"),
-    (["+hydra.callbacks.evil._target_=rnnexp.callback.SweepCallback",
+    (["+hydra.callbacks.evil._target_=rnnexp.callback.RunCheck",
       "+hydra.callbacks.evil.x={_target_:rnnexp.cli.discard,output_dir:.}"],
      "hydra.callbacks.evil.x._target_: Hydra would call it"),
     (["hydra.job_logging.handlers.console.class=rnnexp.cli.os.system"],

@@ -4,7 +4,8 @@ Hydra finds launchers in the `hydra_plugins` namespace; this module only adapts 
 what a sweep's jobs go through is rnnexp.launch's. Each job is composed through the
 `hydra_context` Hydra gives the launcher, its folder made and its task function run by
 Hydra's own `run_job`, as the basic launcher does; before that, the jobs' configurations are
-measured together, in interleaved rounds.
+measured together, in interleaved rounds. rnnexp's sweeper hands over the typed configs it
+checked (`launch_checked`), and the launcher hands each to its job's task function.
 """
 
 # No `from __future__ import annotations`: Hydra scans this module without registering it
@@ -12,7 +13,7 @@ measured together, in interleaved rounds.
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
@@ -39,6 +40,7 @@ class RnnexpLauncher(Launcher):
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.task_function: Optional[TaskFunction] = None
+        self.typed: dict = {}  # job number → its typed config, for the launch under way
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -46,26 +48,34 @@ class RnnexpLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
+        return self.launch_checked(job_overrides, initial_job_idx, None)
+
+    def launch_checked(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+                       checked: Optional[Sequence[Any]]) -> Sequence[JobReturn]:
+        """`launch`, with each job's typed config as the sweeper checked it (None: the
+        launcher types them)."""
         # The app's own code, imported when a sweep runs (not when Hydra scans plugins).
-        from rnnexp import launch
+        from rnnexp import compositions, launch, schema
         from rnnexp.errors import Interrupted
 
         assert self.config is not None and self.hydra_context is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        configs = {}
-        for num, overrides in enumerate(job_overrides, start=initial_job_idx):
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config,
-                                                                     list(overrides))
+        configs, self.typed = {}, {}
+        for i, overrides in enumerate(job_overrides):
+            num = initial_job_idx + i
+            cfg = compositions.load_sweep_config(self.hydra_context.config_loader, self.config,
+                                                 overrides)
             with open_dict(cfg):
                 cfg.hydra.job.id = num
                 cfg.hydra.job.num = num
             configs[num] = cfg
+            self.typed[num] = checked[i] if checked is not None else schema.validate(cfg)
         returns = {}
         if not self.interleave:
             return [self._run(cfg) for cfg in configs.values()]
-        sweep = launch.SweepRun.plan(list(configs.values()))
+        sweep = launch.SweepRun.plan(list(configs.values()), self.typed)
         measured = {j.num for members in sweep.windows for j in members}
         # Jobs declined before timing, or skipped by a resumed sweep: recorded first.
         for num, cfg in configs.items():
@@ -97,7 +107,7 @@ class RnnexpLauncher(Launcher):
     def _run(self, cfg: DictConfig, outcome: object = None) -> JobReturn:
         """The job's folder, callbacks and task function, by Hydra's own run_job."""
         assert self.hydra_context is not None and self.task_function is not None
-        task = self.task_function
+        task = functools.partial(self.task_function, checked=self.typed[int(cfg.hydra.job.num)])
         if outcome is not None:
             task = functools.partial(task, outcome=outcome)
         ret = run_job(hydra_context=self.hydra_context, task_function=task, config=cfg,

@@ -1,0 +1,95 @@
+"""rnnexp's sweeper: Hydra's public Sweeper API around rnnexp's config check and sweep record.
+
+A sweep (`-m`) goes: the command line (and a preset's `hydra.sweeper.params`) expanded into
+its jobs with Hydra's override grammar — lists, `range()`, `choice()`, `glob()`; every job
+composed and checked (`validate_batch_is_legal`: rnnexp.config_check, one line on the first
+problem, before any folder is made); then the sweep folder and the sinks' record of the
+sweep started (rnnexp.callback.SweepRecord), the jobs launched, and the record ended — or
+ended interrupted or failed with the reason when the launch stops.
+"""
+
+# No `from __future__ import annotations`: Hydra scans this module without registering it
+# in sys.modules, and dataclasses then cannot resolve string annotations.
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class RnnexpSweeperConf:
+    _target_: str = "hydra_plugins.rnnexp_sweeper.rnnexp_sweeper.RnnexpSweeper"
+    # Sweeps a config defines (a preset): key → values in the override grammar; the command
+    # line's value of the same key replaces it.
+    params: Optional[Dict[str, str]] = None
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="rnnexp", node=RnnexpSweeperConf,
+                             provider="rnnexp")
+
+
+class RnnexpSweeper(Sweeper):
+    def __init__(self, params: Optional[Dict[str, str]] = None) -> None:
+        self.params = dict(params or {})
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.launcher: Optional[Launcher] = None
+        self.checked: List[Any] = []  # the typed configs of the batch last validated
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        self.config, self.hydra_context = config, hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def jobs(self, arguments: Sequence[str]) -> List[List[str]]:
+        """Every job's overrides, in job order."""
+        from rnnexp import config_check
+
+        assert self.hydra_context is not None
+        params = [f"{k}={v}" for k, v in self.params.items()]
+        with config_check.one_line_errors():
+            return config_check.expand_jobs(list(arguments), True, params,
+                                            loader=self.hydra_context.config_loader)
+
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        """Each job composed as the launcher will compose it, and checked (rnnexp's config
+        check); the typed configs are kept for the launch."""
+        from rnnexp import compositions, config_check
+
+        assert self.hydra_context is not None and self.config is not None
+        loader, master = self.hydra_context.config_loader, self.config
+        self.checked = config_check.check_composed(
+            (compositions.load_sweep_config(loader, master, job) for job in batch),
+            multirun=True)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from hydra_plugins.rnnexp_launcher.rnnexp_launcher import RnnexpLauncher
+        from rnnexp import run_dir
+        from rnnexp.callback import SweepRecord, prestart_workers
+
+        assert self.config is not None and self.launcher is not None
+        batch = self.jobs(arguments)
+        self.validate_batch_is_legal(batch)
+        prestart_workers(self.checked)
+        if not self.config.get("resume"):  # a resumed sweep goes on in the folder it names
+            run_dir.claim_sweep(self.config)  # two sweeps started together: two folders
+        folder = Path(str(self.config.hydra.sweep.dir))
+        folder.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, folder / "multirun.yaml")
+        record = SweepRecord.start(self.config, batch, self.checked)
+        with record.ended_if_stopped():
+            if isinstance(self.launcher, RnnexpLauncher):
+                returns = self.launcher.launch_checked(batch, 0, self.checked)
+            else:
+                returns = self.launcher.launch(batch, initial_job_idx=0)
+            for ret in returns:
+                _ = ret.return_value  # a job that raised stops the sweep, as in Hydra's
+        record.end()
+        return [returns]

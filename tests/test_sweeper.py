@@ -1,0 +1,69 @@
+"""Sweeps in Hydra's override grammar (lists, range(), choice(), glob()), expanded and checked
+by rnnexp's sweeper plugin before any job runs."""
+
+import json
+
+import pytest
+from hydra import initialize_config_dir
+
+from rnnexp import deepbench
+from rnnexp.config_check import CONF_DIR, check, expand_jobs
+from rnnexp.errors import ConfigError, RnnexpError
+from tests.conftest import TINY
+
+
+def test_range_and_choice_expand_to_every_combination():
+    jobs = expand_jobs(["shape.seq_len=range(2,6,2)", "model=choice(lstm,jit)"], True)
+    assert jobs == [["shape.seq_len=2", "model=lstm"], ["shape.seq_len=2", "model=jit"],
+                    ["shape.seq_len=4", "model=lstm"], ["shape.seq_len=4", "model=jit"]]
+
+
+def test_a_range_sweep_is_checked_job_by_job():
+    configs = check(["shape=small", "shape.seq_len=range(2,6,2)"], multirun=True)
+    assert [c.shape.seq_len for c in configs] == [2, 4]
+
+
+def test_glob_lists_the_options_of_its_group():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        jobs = expand_jobs(["model=glob(jit_premul*)", "shape=small"], True)
+    assert jobs == [["model=jit_premul", "shape=small"], ["model=jit_premul_bias", "shape=small"]]
+    assert len(check(["model=glob(jit_premul*)", "shape=small"], multirun=True)) == 2
+
+
+def test_glob_over_an_added_group_as_the_docs_show():
+    configs = check(["+experiment=deepbench", "+deepbench=glob(server_*)"], multirun=True)
+    assert len(configs) == len(deepbench.INFERENCE_SERVER) > 1
+    assert {c.deepbench.set for c in configs} == {"server"}
+
+
+def test_a_later_value_of_a_key_replaces_the_earlier_sweep():
+    assert expand_jobs(["seed=1,2", "seed=3"], True) == [["seed=3"]]
+
+
+def test_an_interval_is_refused_in_one_line_naming_the_key():
+    with pytest.raises(ConfigError) as err:
+        expand_jobs(["shape.seq_len=interval(2,6)"], True)
+    assert str(err.value).startswith("shape.seq_len: ") and "range(" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_bad_job_among_globbed_ones_names_its_field():
+    with pytest.raises(RnnexpError, match="shape.foo"):
+        check(["model=glob(jit_premul*)", "+shape.foo=1"], multirun=True)
+
+
+def test_a_glob_sweep_runs_through_the_cli(run_cli, tmp_path):
+    proc = run_cli("model=glob(jit_premul*)", *TINY, multirun=True)
+    assert proc.returncode == 0, proc.stderr
+    results = [json.loads(p.read_text())
+               for p in sorted((tmp_path / "sweep").glob("*/results.json"))]
+    assert sorted(r["choices"]["model"] for r in results) == ["jit_premul", "jit_premul_bias"]
+    assert {r["status"] for r in results} == {"ok"}
+
+
+def test_an_interval_on_the_command_line_is_one_line_and_makes_nothing(run_cli, tmp_path):
+    proc = run_cli("shape.seq_len=interval(2,6)", *TINY, multirun=True)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: shape.seq_len: "), proc.stderr
+    assert not (tmp_path / "sweep").exists()
