@@ -30,13 +30,13 @@ test:  ## run the test suite (CPU; GPU tests skip without a GPU)
 
 test-gpu:  ## on a GPU: the GPU-marked tests, one per point of docs/gpu.md
 	$(BIN)/python -m pytest -m gpu -v -rs tests/test_gpu_paths.py tests/test_backends.py $(PYTEST_ARGS)
-	$(BIN)/python -m rnnexp.matrix --device cuda
+	$(BIN)/python -m rnnexp matrix --device cuda
 
 run:  ## one default measurement
 	$(BIN)/python -m rnnexp
 
 bench:  ## speed goals: ratios measured side by side in one run
-	$(BIN)/python -m rnnexp.bench
+	$(BIN)/python benchmarks/harness.py
 
 ui:  ## MLflow UI on 127.0.0.1:5000 over the project's store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000

@@ -1,5 +1,5 @@
-from rnnexp.cli import main
-from rnnexp.quick_exit import exit_now
+from rnnexp.app.cli import main
+from rnnexp.app.quick_exit import exit_now
 
 try:
     main()

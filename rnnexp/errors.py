@@ -3,7 +3,7 @@
 import os
 
 # Set beside HYDRA_FULL_ERROR=1 when rnnexp set that itself, for Hydra to raise its errors
-# to rnnexp.cli.main (rnnexp.cli.hydra_raising), not because the user asked.
+# to rnnexp.app.cli.main (rnnexp.app.cli.hydra_raising), not because the user asked.
 ONE_LINE_ERRORS = "RNNEXP_ONE_LINE_ERRORS"
 
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from rnnexp import kernel_plugins, schema
-from rnnexp.config_check import CONF_DIR
+from rnnexp.app.config_check import CONF_DIR
+from rnnexp.config import kernel_plugins, schema
 
 ROOT = Path(__file__).resolve().parent.parent
 schema.register()
@@ -72,7 +72,7 @@ def load_results(folder: Path) -> dict:
 def roofline_cache(tmp_path_factory):
     """Device peaks and drift probes go to a cache of the test session, never the user's; every
     CLI subprocess inherits it."""
-    from rnnexp.roofline import CACHE_ENV
+    from rnnexp.run.roofline import CACHE_ENV
 
     before = os.environ.get(CACHE_ENV)
     os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("rnnexp-cache"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from rnnexp.models import native
-from rnnexp.workload import Workload, WorkloadSpec
+from rnnexp.models.workload import Workload, WorkloadSpec
 
 
 def crashing(spec: WorkloadSpec, **options) -> Workload:

@@ -9,13 +9,16 @@ import json
 import pytest
 import torch
 
-from rnnexp import config_check, execution, job, schema
+from rnnexp.app import config_check
 from rnnexp.backends import torchscript
 from rnnexp.backends.inductor import Inductor
 from rnnexp.backends.torchscript import Jit, TensorExpr
 from rnnexp.backends.vendor import Aten, Cudnn, Miopen
+from rnnexp.config import schema
 from rnnexp.errors import ConfigError, RnnexpError, UnsupportedError
-from rnnexp.platform import Platform
+from rnnexp.machine.platform import Platform
+from rnnexp.measure import job
+from rnnexp.run import execution
 from tests.conftest import TINY, choices_of, compose_cfg, gpu
 
 CPU_BUILD = Platform(torch_version="2.13.0+cpu", cpu_name="cpu")

@@ -89,13 +89,13 @@ ThreadPoolExecutor(2).submit(int).result()
 note = lambda text: open({str(marker)!r}, "a").write(text)
 threading.Thread(target=lambda: (time.sleep(0.3), note("thread "))).start()
 atexit.register(lambda: note("atexit"))
-from rnnexp.quick_exit import exit_now
+from rnnexp.app.quick_exit import exit_now
 exit_now(3)
 """
     proc = subprocess.run([sys.executable, "-c", script], timeout=60, capture_output=True)
     assert proc.returncode == 3
     assert marker.read_text() == "thread atexit"
-    message = subprocess.run([sys.executable, "-c", "from rnnexp.quick_exit import exit_now; "
+    message = subprocess.run([sys.executable, "-c", "from rnnexp.app.quick_exit import exit_now; "
                               "exit_now('no such thing')"], capture_output=True, text=True)
     assert message.returncode == 1 and "no such thing" in message.stderr
 

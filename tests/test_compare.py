@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rnnexp import compare, significance
-from rnnexp.environment import BUSY, Environment
-from rnnexp.results import OK, Interleaving, Result, phase_stats
-from rnnexp.significance import Level
-from rnnexp.sinks import load_jobs
-from rnnexp.timing import Samples
+from rnnexp.analysis import compare, significance
+from rnnexp.analysis.significance import Level
+from rnnexp.machine.environment import BUSY, Environment
+from rnnexp.measure.timing import Samples
+from rnnexp.results.result import OK, Interleaving, Result, phase_stats
+from rnnexp.results.sinks import load_jobs
 from tests.conftest import TINY
 
 SWEEP = ["model=lstm,jit", "backend=aten", "device=cpu", *TINY]
@@ -61,7 +61,7 @@ def pooled(per_process: list[Samples]) -> Samples:
 
 
 def work():
-    from rnnexp.workload import Work
+    from rnnexp.models.workload import Work
 
     return Work(tokens=1, flops_fwd=1.0, flops_bwd=1.0, bytes_fwd=1.0, bytes_bwd=1.0)
 
@@ -383,7 +383,7 @@ def test_a_bad_argument_is_one_line_not_the_usage(capsys):
 
 
 def test_runs_pair_by_their_measurement_whatever_code_took_them_and_wherever_it_went():
-    from rnnexp.sweeps import Run
+    from rnnexp.analysis.sweeps import Run
 
     samples = Samples(forward_ms=[1.0, 1.1, 0.9], backward_ms=[2.0, 2.1, 1.9])
 

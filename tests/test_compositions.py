@@ -8,8 +8,8 @@ from hydra.core.utils import JobRuntime
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
-from rnnexp import compositions
-from rnnexp.config_check import CONF_DIR, CONFIG_NAME
+from rnnexp.app.config_check import CONF_DIR, CONFIG_NAME
+from rnnexp.config import compositions
 
 SWEEP_DIR = "hydra.sweep.dir=/tmp/rnnexp-sweep"
 

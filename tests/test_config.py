@@ -4,9 +4,9 @@ import copy
 
 import pytest
 
-from rnnexp.config_check import check, expand_jobs
+from rnnexp.app.config_check import check, expand_jobs
+from rnnexp.config.schema import DeviceKind, DType, validate
 from rnnexp.errors import ConfigError, RnnexpError
-from rnnexp.schema import DeviceKind, DType, validate
 from tests.conftest import choices_of, compose_cfg
 
 
@@ -110,8 +110,8 @@ def test_compositions_sharing_the_config_store_equal_hydras_and_leave_the_store_
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf, open_dict
 
-    from rnnexp.config_check import CONF_DIR
-    from rnnexp.hydra_private import share_store
+    from rnnexp.app.config_check import CONF_DIR
+    from rnnexp.config.hydra_private import share_store
 
     jobs = [["model=jit_layernorm", "backend=jit", "backend.executor=simple"],
             ["model=quantized_lstm", "+sinks=fastrnns", "bench=adaptive", "shape=small"]]
@@ -141,7 +141,7 @@ def test_compositions_sharing_the_config_store_equal_hydras_and_leave_the_store_
 def test_a_single_run_is_checked_by_a_hydra_callback_that_ends_the_program(capsys):
     """Hydra turns a callback's exception into a warning and runs the job anyway: the check
     of a single run (before Hydra makes its folder) ends the program itself, exit 2."""
-    from rnnexp.callback import RunCheck
+    from rnnexp.app.callback import RunCheck
 
     RunCheck().on_run_start(config=compose_cfg(["shape=small"]))  # a good config passes
     with pytest.raises(SystemExit) as exit_:

@@ -1,5 +1,5 @@
-"""Peak memory per phase (rnnexp.phase_memory) and start-up / compile cost with its
-break-even (rnnexp.compile_cost): measured for real, recorded in results.json, MLflow, the
+"""Peak memory per phase (rnnexp.measure.phase_memory) and start-up / compile cost with its
+break-even (rnnexp.models.compile_cost): measured for real, recorded in results.json, MLflow, the
 wide table and compare; older results without them still load."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from rnnexp import compare_costs, phase_memory
-from rnnexp.compile_cost import CompileCost, break_even
-from rnnexp.results import OK, Result
-from rnnexp.sweeps import Run
+from rnnexp.analysis import compare_costs
+from rnnexp.analysis.sweeps import Run
+from rnnexp.measure import phase_memory
+from rnnexp.models.compile_cost import CompileCost, break_even
+from rnnexp.results.result import OK, Result
 from tests.conftest import TINY, load_results
 
 # Big enough that each phase takes fresh pages (the resident set grows in 4 KiB pages).
@@ -195,7 +196,7 @@ def test_inductor_records_its_compile_and_compare_shows_the_break_even(run_cli, 
     assert compiled["backend"]["dynamo_compile_s"] == start["compile_s"]
     assert compiled["memory"]["forward_mb"] is not None
 
-    from rnnexp import compare, sweeps
+    from rnnexp.analysis import compare, sweeps
 
     runs = sweeps.from_folder(tmp_path / "sweep").runs
     bases = compare.baselines_within(runs, "backend", "aten")
@@ -215,7 +216,7 @@ def subprocess_compare(tmp_path: Path) -> str:
 
     from tests.conftest import ROOT
 
-    proc = subprocess.run([sys.executable, "-m", "rnnexp.compare", str(tmp_path / "sweep"),
+    proc = subprocess.run([sys.executable, "-m", "rnnexp", "compare", str(tmp_path / "sweep"),
                            "--baseline", "backend=aten", "--output", str(tmp_path / "c.png")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "250"})

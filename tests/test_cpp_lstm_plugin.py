@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rnnexp.results import OK
+from rnnexp.results.result import OK
 from tests.conftest import ROOT, TINY, load_results
 
 EXAMPLE = ROOT / "examples" / "cpp-lstm-plugin"

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from rnnexp import drift, environment, schedule, stats
-from rnnexp.drift import Drift
-from rnnexp.identity import MeasurementKey
-from rnnexp.schema import BenchConfig
-from rnnexp.timing import Samples
+from rnnexp.config.schema import BenchConfig
+from rnnexp.machine import environment
+from rnnexp.measure.timing import Samples
+from rnnexp.results import stats
+from rnnexp.results.identity import MeasurementKey
+from rnnexp.run import drift, schedule
+from rnnexp.run.drift import Drift
 
 CPU = torch.device("cpu")
 KEY = drift.history_key(MeasurementKey.of_config(
@@ -153,8 +155,8 @@ def test_adaptive_stops_on_drift_when_the_reruns_alone_rule_the_target_out():
 
 
 def test_the_result_records_the_drift_its_interval_includes_and_a_drift_is_flagged():
-    from rnnexp.results import phase_stats
-    from rnnexp.workload import Work
+    from rnnexp.models.workload import Work
+    from rnnexp.results.result import phase_stats
 
     per = [Samples(forward_ms=[level] * 10) for level in (9.9, 10.0, 10.1)]
     pooled = Samples()
@@ -179,8 +181,10 @@ def test_the_result_records_the_drift_its_interval_includes_and_a_drift_is_flagg
 
 
 def test_jobs_join_their_history_and_a_later_run_includes_its_drift(roofline_cache):
-    from rnnexp import execution, job, schema
-    from rnnexp.config_check import check
+    from rnnexp.app.config_check import check
+    from rnnexp.config import schema
+    from rnnexp.measure import job
+    from rnnexp.run import execution
 
     schema.register()
     base = ["model=lstm", "backend=aten", "device=cpu", "shape=small", "bench=quick",

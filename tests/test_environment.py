@@ -12,9 +12,9 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from rnnexp import environment
-from rnnexp.environment import BUSY, HIGH_SPREAD, OVERSUBSCRIBED, Environment, Look
-from rnnexp.results import Result
+from rnnexp.machine import environment
+from rnnexp.machine.environment import BUSY, HIGH_SPREAD, OVERSUBSCRIBED, Environment, Look
+from rnnexp.results.result import Result
 from tests import fake_pynvml
 from tests.conftest import TINY, load_results
 
@@ -99,7 +99,7 @@ def test_more_torch_threads_than_cores_is_flagged(run_cli, tmp_path):
 
 
 def test_the_spread_of_a_few_samples_is_not_judged():
-    from rnnexp.results import PhaseStats
+    from rnnexp.results.result import PhaseStats
 
     few = PhaseStats(median_ms=1.0, iqr_ms=0.5, n=3)
     many = PhaseStats(median_ms=1.0, iqr_ms=0.5, n=environment.SPREAD_MIN_SAMPLES)
@@ -127,7 +127,7 @@ def test_results_without_an_environment_record_still_load(tmp_path):
 def test_a_short_look_extends_back_to_the_last_one_instead_of_sleeping(monkeypatch):
     import dataclasses
 
-    from rnnexp import environment
+    from rnnexp.machine import environment
 
     environment.look_since(environment.snapshot())  # a first look: long enough by itself
     previous = environment.last_look()

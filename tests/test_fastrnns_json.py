@@ -5,8 +5,8 @@ import json
 import pytest
 
 from rnnexp.errors import ConfigError
-from rnnexp.results import INVALID, OK, UNSUPPORTED, BackendInfo, PhaseStats, Result
-from rnnexp.sinks import fastrnns as fastrnns_json
+from rnnexp.results.result import INVALID, OK, UNSUPPORTED, BackendInfo, PhaseStats, Result
+from rnnexp.results.sinks import fastrnns as fastrnns_json
 
 
 def result(model: str, backend: str, fwd: list[float], bwd: list[float] | None,

@@ -9,28 +9,23 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rnnexp import (
-    config_check,
-    emulation,
-    environment,
-    execution,
-    job,
-    memory,
-    platform,
-    schema,
-)
-from rnnexp import verify as verify_mod
+from rnnexp.app import config_check
 from rnnexp.backends import jitflags
 from rnnexp.backends.inductor import Inductor
 from rnnexp.backends.scripting import UNFUSED, ScriptedRun
 from rnnexp.backends.torchscript import TensorExpr
 from rnnexp.backends.vendor import Aten, Cudnn, Miopen
+from rnnexp.config import schema
+from rnnexp.config.schema import ShapeConfig
 from rnnexp.errors import ConfigError, RnnexpError, UnsupportedError
+from rnnexp.machine import emulation, environment, memory, platform
+from rnnexp.measure import job
+from rnnexp.measure import verify as verify_mod
+from rnnexp.measure.timing import CudaEventClock, measure
+from rnnexp.measure.verify import verify
 from rnnexp.models import native
-from rnnexp.schema import ShapeConfig
-from rnnexp.timing import CudaEventClock, measure
-from rnnexp.verify import verify
-from rnnexp.workload import WorkloadSpec
+from rnnexp.models.workload import WorkloadSpec
+from rnnexp.run import execution
 from tests.conftest import TINY, compose_cfg, gpu
 from tests.test_backends import CUDA_GPU, ROCM_GPU, plan, refusal
 
@@ -320,7 +315,7 @@ def test_warm_up_synchronises_the_gpu_before_reading_the_clock(monkeypatch):
     _, workload = cpu_workload(["model=jit", "backend=aten"])
     backend = Aten(CUDA_GPU, CUDA)
     backend.prepare(workload)
-    # Each untimed call's time is read after a synchronise (rnnexp.compile_cost).
+    # Each untimed call's time is read after a synchronise (rnnexp.models.compile_cost).
     assert synced == [CUDA] * ScriptedRun.RUNS and backend.info()["optimize_s"] > 0
     assert len(backend.untimed_ms) == ScriptedRun.RUNS
 

@@ -1,7 +1,7 @@
 """Bad input through the real CLI: each is refused with exit status 2 and exactly one line on
 stderr naming the field, no traceback, no run folder and nothing in the store.
 
-The whole battery runs through `rnnexp.cli.main` in this process (the same code path as
+The whole battery runs through `rnnexp.app.cli.main` in this process (the same code path as
 `python -m rnnexp`: argument parsing, Hydra composition, the checks, Hydra's own entry point);
 a representative subset also runs as real `python -m rnnexp` processes, started together.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rnnexp import cli
+from rnnexp.app import cli
 from tests.conftest import ROOT
 
 # (command-line arguments, text the one error line must contain — the field it names)
@@ -84,20 +84,20 @@ BAD_INPUTS = [
     (["-m", "seed=0,-5"], "seed"),
     (["-m", "model=lstm,jit", "hydra.sweep.dir=/proc/nope"], "hydra.sweep.dir"),
     # A target is judged by what it resolves to, and nothing is built while checking.
-    (["+sinks.evil._target_=rnnexp.cli.os.system", "+sinks.evil.command='touch pwned'"],
-     "sinks.evil._target_: 'rnnexp.cli.os.system' is posix.system"),
-    (["+model.build.x._target_=rnnexp.cli.subprocess.run", "+model.build.x.args=[touch,pwned]"],
+    (["+sinks.evil._target_=rnnexp.app.cli.os.system", "+sinks.evil.command='touch pwned'"],
+     "sinks.evil._target_: 'rnnexp.app.cli.os.system' is posix.system"),
+    (["+model.build.x._target_=rnnexp.app.cli.subprocess.run", "+model.build.x.args=[touch,pwned]"],
      "model.build.x._target_"),
-    (["+sinks.evil._target_=rnnexp.cli.discard", "+sinks.evil.output_dir=."],
+    (["+sinks.evil._target_=rnnexp.app.cli.discard", "+sinks.evil.output_dir=."],
      "is not an rnnexp Sink"),
-    (["model.build._target_=rnnexp.cli.discard"], "is not a model factory"),
+    (["model.build._target_=rnnexp.app.cli.discard"], "is not a model factory"),
     (["+hydra.callbacks.evil._target_=hydra.utils.instantiate",
-      "+hydra.callbacks.evil.config={_target_:rnnexp.cli.discard,output_dir:.}"],
+      "+hydra.callbacks.evil.config={_target_:rnnexp.app.cli.discard,output_dir:.}"],
      "hydra.callbacks.evil._target_"),
-    (["+hydra.callbacks.evil._target_=rnnexp.callback.RunCheck",
-      "+hydra.callbacks.evil.x={_target_:rnnexp.cli.discard,output_dir:.}"],
+    (["+hydra.callbacks.evil._target_=rnnexp.app.callback.RunCheck",
+      "+hydra.callbacks.evil.x={_target_:rnnexp.app.cli.discard,output_dir:.}"],
      "hydra.callbacks.evil.x._target_: Hydra would call it"),
-    (["hydra.job_logging.handlers.console.class=rnnexp.cli.os.system"],
+    (["hydra.job_logging.handlers.console.class=rnnexp.app.cli.os.system"],
      "hydra.job_logging.handlers.console.class"),
     (["+hydra.job.env_set.LD_PRELOAD=/tmp/evil.so"], "hydra.job.env_set.LD_PRELOAD"),
     (["+hydra.job.env_set.RNNEXP_TARGETS=os"], "hydra.job.env_set.RNNEXP_TARGETS"),
@@ -273,7 +273,7 @@ def test_sync_names_a_broken_results_file_in_one_line(kind, layout, tmp_path):
     job = folder / "0" if layout == "sweep" else folder
     job.mkdir(parents=True)
     (job / "results.json").write_text(BROKEN_RESULTS[kind])
-    proc = subprocess.run([sys.executable, "-m", "rnnexp.sync", str(folder), "--tracking-uri",
+    proc = subprocess.run([sys.executable, "-m", "rnnexp", "sync", str(folder), "--tracking-uri",
                            f"sqlite:///{tmp_path}/store.db"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr

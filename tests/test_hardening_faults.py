@@ -18,10 +18,12 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from rnnexp import credentials, exit_codes, memory
+from rnnexp.config import credentials
+from rnnexp.config.schema import validate
 from rnnexp.errors import ConfigError
-from rnnexp.results import CRASHED, INVALID, OK, UNSUPPORTED
-from rnnexp.schema import validate
+from rnnexp.machine import memory
+from rnnexp.results import exit_codes
+from rnnexp.results.result import CRASHED, INVALID, OK, UNSUPPORTED
 from tests.conftest import ROOT, TINY, compose_cfg, load_results
 
 FAULTY = "tests.faulty_models"
@@ -199,7 +201,7 @@ def test_password_in_a_tracking_uri_is_written_nowhere(tmp_path):
     assert code == 0, err2
     store = tmp_path / "synced.db"
     for folder in ("run", "sweep"):
-        sync = subprocess.run([sys.executable, "-m", "rnnexp.sync", str(tmp_path / folder),
+        sync = subprocess.run([sys.executable, "-m", "rnnexp", "sync", str(tmp_path / folder),
                                "--tracking-uri", f"sqlite:///{store}"], cwd=ROOT,
                               capture_output=True, text=True, timeout=300)
         assert sync.returncode == 0, sync.stderr

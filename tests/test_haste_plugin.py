@@ -16,12 +16,12 @@ import pytest
 import torch
 from torch import nn
 
-from rnnexp import verify
-from rnnexp.exit_codes import USER_ERROR
+from rnnexp.config.schema import ShapeConfig
+from rnnexp.measure import verify
 from rnnexp.models import plugin
 from rnnexp.models.inputs import module_inputs, native_rnn
-from rnnexp.schema import ShapeConfig
-from rnnexp.workload import WorkloadSpec
+from rnnexp.models.workload import WorkloadSpec
+from rnnexp.results.exit_codes import USER_ERROR
 from tests.conftest import ROOT, TINY
 
 SHAPE = ShapeConfig(seq_len=6, num_layers=2, input_size=5, hidden_size=4, batch_size=3)

@@ -1,4 +1,4 @@
-"""rnnexp/hydra_private.py uses what Hydra does not export: this fails on a Hydra release it
+"""rnnexp/config/hydra_private.py uses what Hydra does not export: this fails on a Hydra release it
 was not written for, or when one of those names changes, so that an upgrade means reading
 that module again rather than a silent break."""
 
@@ -9,13 +9,13 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from packaging.version import Version
 
-from rnnexp import hydra_private
+from rnnexp.config import hydra_private
 
 
 def test_hydra_is_a_release_the_private_uses_were_read_for():
     first, after = (Version(".".join(map(str, v))) for v in hydra_private.SUPPORTED)
     assert first <= Version(hydra.__version__) < after, (
-        f"hydra-core {hydra.__version__}: read rnnexp/hydra_private.py against this release "
+        f"hydra-core {hydra.__version__}: read rnnexp/config/hydra_private.py against this release "
         f"and widen SUPPORTED")
 
 

@@ -1,14 +1,15 @@
-"""What makes two runs the same measurement (rnnexp.identity): keys read from real composed
+"""What makes two runs the same measurement (rnnexp.results.identity): keys read from real composed
 configs, and from the results those jobs record."""
 
 from __future__ import annotations
 
 import pytest
 
-from rnnexp import job, platform
-from rnnexp.config_check import check
-from rnnexp.identity import MeasurementKey, duplicates
-from rnnexp.results import OK, Result
+from rnnexp.app.config_check import check
+from rnnexp.machine import platform
+from rnnexp.measure import job
+from rnnexp.results.identity import MeasurementKey, duplicates
+from rnnexp.results.result import OK, Result
 
 BASE = ["model=lstm", "backend=aten", "device=cpu", "shape=small", "bench=quick"]
 

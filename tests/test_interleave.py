@@ -17,9 +17,10 @@ import psutil
 import pytest
 import torch
 
-from rnnexp import interleave, job
 from rnnexp.errors import ConfigError
-from rnnexp.results import CRASHED, OK, UNSUPPORTED
+from rnnexp.measure import job
+from rnnexp.results.result import CRASHED, OK, UNSUPPORTED
+from rnnexp.run import interleave
 from tests.conftest import TINY, choices_of, compose_cfg, kill_tree
 
 FAULTY = "tests.faulty_models"
@@ -79,7 +80,7 @@ def test_bench_window_splits_a_sweep(run_cli, tmp_path):
 
 
 def plans(*overrides: str) -> list[job.Plan]:
-    from rnnexp.schema import validate
+    from rnnexp.config.schema import validate
 
     cfg = compose_cfg(["device=cpu", *overrides])
     return [job.plan(validate(cfg), choices_of(cfg))]
@@ -133,7 +134,7 @@ def test_an_a_b_of_two_interpreters_runs_interleaved_end_to_end(run_cli, tmp_pat
     assert {a["config"]["bench"]["python"], b["config"]["bench"]["python"]} == \
         {sys.executable, str(other)}
     assert b["platform"]["torch_version"] == torch.__version__
-    out = subprocess.run([sys.executable, "-m", "rnnexp.compare", str(tmp_path / "sweep"),
+    out = subprocess.run([sys.executable, "-m", "rnnexp", "compare", str(tmp_path / "sweep"),
                           "--baseline", f"bench.python={sys.executable}", "--output",
                           str(tmp_path / "c.png")], capture_output=True, text=True,
                          env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=300)

@@ -4,9 +4,10 @@ the time), and the stopping rules built on it."""
 import numpy as np
 import pytest
 
-from rnnexp import schedule, stats
-from rnnexp.schema import BenchConfig
-from rnnexp.timing import Samples
+from rnnexp.config.schema import BenchConfig
+from rnnexp.measure.timing import Samples
+from rnnexp.results import stats
+from rnnexp.run import schedule
 
 
 def simulated_medians(rng, k, between=0.10, within=0.01, center=10.0):
@@ -85,8 +86,8 @@ def test_one_process_falls_back_to_its_own_median_interval():
 
 
 def test_between_process_fields_reach_the_result_and_old_results_still_load():
-    from rnnexp.results import PhaseStats, Result, phase_stats
-    from rnnexp.workload import Work
+    from rnnexp.models.workload import Work
+    from rnnexp.results.result import PhaseStats, Result, phase_stats
 
     per = samples_at(9.0, 10.0, 11.0, n=10)
     pooled = Samples()

@@ -6,9 +6,11 @@ import signal
 
 import pytest
 
-from rnnexp import execution, isolation, job, schedule, schema
-from rnnexp.config_check import check
+from rnnexp.app.config_check import check
+from rnnexp.config import schema
 from rnnexp.errors import JobCrashed
+from rnnexp.measure import isolation, job
+from rnnexp.run import execution, schedule
 
 schema.register()
 SMALL = ["model=lstm", "backend=aten", "device=cpu", "shape=small", "bench=quick"]

@@ -1,9 +1,10 @@
 """One job from a validated config to a typed Result, in this process."""
 
-from rnnexp import execution, job
-from rnnexp.config_check import check
-from rnnexp.platform import Platform
-from rnnexp.results import Result
+from rnnexp.app.config_check import check
+from rnnexp.machine.platform import Platform
+from rnnexp.measure import job
+from rnnexp.results.result import Result
+from rnnexp.run import execution
 
 
 def test_execute_records_verification_phases_and_what_ran(tmp_path):

@@ -1,4 +1,4 @@
-"""Kernel plugins (rnnexp.kernel_plugins): declared through a real entry point of a package
+"""Kernel plugins (rnnexp.config.kernel_plugins): declared through a real entry point of a package
 on the path (tests/toy_kernels.py with its dist-info), composed, admitted, verified,
 counted and refused as the built-in models are."""
 
@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from rnnexp import config_check, job, kernel_plugins, verify
+from rnnexp.app import config_check
+from rnnexp.config import kernel_plugins
 from rnnexp.errors import ConfigError, UnsupportedError
-from rnnexp.exit_codes import JOB_FAILED, USER_ERROR
+from rnnexp.measure import job, verify
 from rnnexp.models.inputs import elem_bytes
 from rnnexp.models.work import gru_work, lstm_work
-from rnnexp.results import INVALID
+from rnnexp.results.exit_codes import JOB_FAILED, USER_ERROR
+from rnnexp.results.result import INVALID
 from tests.conftest import TINY, compose_cfg, load_results
 
 HERE = Path(__file__).resolve().parent

@@ -4,8 +4,8 @@ import os
 import subprocess
 import sys
 
-from rnnexp import matrix
-from rnnexp.config_check import group_options
+from rnnexp.app import matrix
+from rnnexp.app.config_check import group_options
 from tests.conftest import ROOT
 from tests.test_backends import CUDA_GPU, ROCM_GPU
 from tests.test_gpu_paths import AMPERE, CUDNN_BROKEN, VOLTA
@@ -21,7 +21,7 @@ def test_matrix_on_a_simulated_cuda_machine():
 
 
 def test_matrix_command_lists_every_model_backend_and_reason():
-    proc = subprocess.run([sys.executable, "-m", "rnnexp.matrix"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "rnnexp", "matrix"], cwd=ROOT,
                           capture_output=True, text=True, timeout=180,
                           env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
@@ -40,7 +40,7 @@ def test_matrix_command_lists_every_model_backend_and_reason():
 
 
 def test_matrix_narrows_and_rejects_unknown_names():
-    proc = subprocess.run([sys.executable, "-m", "rnnexp.matrix", "--models", "jit",
+    proc = subprocess.run([sys.executable, "-m", "rnnexp", "matrix", "--models", "jit",
                            "--backends", "aten,nope"], check=False, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1

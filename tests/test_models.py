@@ -11,16 +11,16 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rnnexp import job
-from rnnexp.config_check import CONF_DIR, group_options
+from rnnexp.app.config_check import CONF_DIR, group_options
+from rnnexp.config.schema import validate
 from rnnexp.errors import ConfigError, RnnexpError, UnsupportedError
+from rnnexp.machine.platform import Platform
+from rnnexp.measure import job
+from rnnexp.measure.verify import MULTIPLE, verify
 from rnnexp.models.cells import GRUCell, LSTMCell
 from rnnexp.models.inputs import native_rnn
 from rnnexp.models.quantized import quantize
 from rnnexp.models.work import GRU_POINTWISE, LAYERNORM_PER_ELEM, LSTM_POINTWISE, lstm_work
-from rnnexp.platform import Platform
-from rnnexp.schema import validate
-from rnnexp.verify import MULTIPLE, verify
 from tests.conftest import TINY, choices_of, compose_cfg
 
 MODELS = group_options("model")

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rnnexp import exit_codes
+from rnnexp.results import exit_codes
 from tests.conftest import ROOT, TINY, kill_tree, load_results
 from tests.test_tracking import runs_of
 
@@ -179,7 +179,7 @@ def test_two_runs_started_together_never_share_a_folder(tmp_path):
 
 
 def sync(folder: Path, tmp: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rnnexp.sync", str(folder)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "rnnexp", "sync", str(folder)], cwd=ROOT,
                           env=env_for(tmp), capture_output=True, text=True, timeout=300)
 
 
@@ -230,7 +230,7 @@ def test_a_launch_that_fails_closes_its_parent_and_compare_passes_over_it(tmp_pa
     _, parents, children = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
     (failed,) = [p for p in parents if p.data.tags["sweep_dir"] == str(tmp_path / "slurm")]
     assert failed.info.status == "FAILED" and "srun" in failed.data.tags["reason"]
-    compare = subprocess.run([sys.executable, "-m", "rnnexp.compare"], cwd=ROOT,
+    compare = subprocess.run([sys.executable, "-m", "rnnexp", "compare"], cwd=ROOT,
                              env=env_for(tmp_path), capture_output=True, text=True,
                              timeout=300)
     assert compare.returncode == 0, compare.stderr
@@ -275,8 +275,8 @@ def test_sigterm_to_a_launcher_in_processes_records_its_jobs_and_ends_them(launc
 
 
 def test_a_signal_while_recording_waits_for_the_record(monkeypatch):
-    from rnnexp import signals
     from rnnexp.errors import Interrupted
+    from rnnexp.run import signals
 
     monkeypatch.setattr(signals, "_received", [])
     before = {s: signal.getsignal(s) for s in signals.HANDLED}
@@ -295,7 +295,7 @@ def test_a_signal_while_recording_waits_for_the_record(monkeypatch):
 
 
 def test_a_taken_folder_gives_the_next_free_name(tmp_path):
-    from rnnexp import run_dir
+    from rnnexp.app import run_dir
 
     folder = tmp_path / "runs" / "10-00-00"
     taken = [run_dir.claim(folder, run_dir.RUN_MARKER) for _ in range(3)]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from rnnexp import deepbench
-from rnnexp.config_check import CONF_DIR, check
+from rnnexp.app.config_check import CONF_DIR, check
+from rnnexp.config import deepbench
 from tests.conftest import TINY
 
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))

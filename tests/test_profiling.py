@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from rnnexp.results import Result
+from rnnexp.results.result import Result
 from tests.conftest import TINY, load_results
 from tests.test_tracking import artifacts, runs_of
 

@@ -4,11 +4,12 @@
 import pytest
 import torch
 
-from rnnexp import execution, job
+from rnnexp.app.config_check import check
 from rnnexp.backends.scripting import UNFUSED, ScriptedRun
-from rnnexp.config_check import check
-from rnnexp.results import OK, RECOMPILED, Result
-from rnnexp.workload import Work, Workload
+from rnnexp.measure import job
+from rnnexp.models.workload import Work, Workload
+from rnnexp.results.result import OK, RECOMPILED, Result
+from rnnexp.run import execution
 from tests.conftest import TINY, load_results
 
 

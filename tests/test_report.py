@@ -2,11 +2,11 @@
 
 from rich.console import Console
 
-from rnnexp.report import results_table
-from rnnexp.results import INVALID, OK, UNSUPPORTED, Result, phase_stats
-from rnnexp.timing import Samples
-from rnnexp.verify import Verification
-from rnnexp.workload import Work
+from rnnexp.measure.timing import Samples
+from rnnexp.measure.verify import Verification
+from rnnexp.models.workload import Work
+from rnnexp.results.report import results_table
+from rnnexp.results.result import INVALID, OK, UNSUPPORTED, Result, phase_stats
 
 WORK = Work(flops_fwd=1e9, flops_bwd=2e9, bytes_fwd=1e6, bytes_bwd=2e6, tokens=1000)
 
@@ -48,7 +48,7 @@ def test_undefined_statistics_are_null_not_nan():
 
 def result_with(choices: dict, overrides: list, status: str = OK, reason: str = "",
                 flags: tuple = ()) -> Result:
-    from rnnexp.environment import Environment
+    from rnnexp.machine.environment import Environment
 
     samples = Samples(forward_ms=[1.0, 1.2, 4.0, 1.1], backward_ms=[2.0, 2.5, 2.1, 9.0])
     env = Environment()
@@ -73,7 +73,7 @@ def test_overridden_shape_fields_tell_rows_apart():
 def test_a_deepbench_problem_names_the_row():
     r = result_with({**LSTM, "deepbench": "train_lstm_h512_b16_t25"}, ["deepbench.scale=0.1"])
     assert r.label == "lstm·aten·train_lstm_h512_b16_t25(scale=0.1)·cpu"
-    from rnnexp.results import Row
+    from rnnexp.results.result import Row
 
     assert Row.of("0", r).label == r.label  # summaries, charts and compare read Row.label
 
@@ -104,7 +104,7 @@ def test_wide_table_adds_the_rest():
 
 
 def test_flags_stand_beside_ok_in_the_table_and_summary(tmp_path):
-    from rnnexp import summary
+    from rnnexp.results import summary
 
     busy = result_with(LSTM, [], flags=("busy",))
     console = Console(record=True, width=200)
@@ -117,7 +117,7 @@ def test_flags_stand_beside_ok_in_the_table_and_summary(tmp_path):
 
 def test_a_sweeps_summary_is_drawn_once_for_the_same_rows_and_again_when_they_change(
         tmp_path):
-    from rnnexp import summary
+    from rnnexp.results import summary
 
     jobs = [(tmp_path / "0", result_with(LSTM, []))]
     jobs[0][0].mkdir()
@@ -135,8 +135,8 @@ def test_a_sweeps_summary_is_drawn_once_for_the_same_rows_and_again_when_they_ch
 
 
 def test_chart_labels_keep_what_varies_and_whiskers_are_quartiles():
-    from rnnexp import summary
-    from rnnexp.results import Row
+    from rnnexp.results import summary
+    from rnnexp.results.result import Row
 
     short, common = summary.split_common(["lstm·auto·train_a·cpu", "gru·auto·train_b·cpu"])
     assert short == ["lstm·train_a", "gru·train_b"] and common == "auto·cpu"

@@ -16,15 +16,16 @@ import torch
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from rnnexp import compare, roofline, roofline_chart, sweeps
-from rnnexp.config_check import check
+from rnnexp.analysis import compare, roofline_chart, sweeps
+from rnnexp.app.config_check import check
 from rnnexp.errors import RnnexpError
-from rnnexp.report import percent, results_table
-from rnnexp.results import INVALID, OK, Result, phase_stats
-from rnnexp.sinks.mlflow import runs, store
-from rnnexp.timing import Samples
-from rnnexp.verify import Verification
-from rnnexp.workload import Work
+from rnnexp.measure.timing import Samples
+from rnnexp.measure.verify import Verification
+from rnnexp.models.workload import Work
+from rnnexp.results.report import percent, results_table
+from rnnexp.results.result import INVALID, OK, Result, phase_stats
+from rnnexp.results.sinks.mlflow import runs, store
+from rnnexp.run import roofline
 from tests.conftest import ROOT, TINY, load_results
 
 CPU = torch.device("cpu")
@@ -385,7 +386,7 @@ def test_compare_roofline_without_roofline_metrics_is_one_line(roofline_sweep, t
     job = tmp_path / "job"
     job.mkdir()
     old.save(job)
-    from rnnexp.sinks import Sweep
+    from rnnexp.results.sinks import Sweep
 
     parent = runs.open_parent(client, exp_id, Sweep(dir=str(tmp_path), name="old"), "")
     runs.log_result(client, exp_id, old, job, parent_run_id=parent)
@@ -401,7 +402,9 @@ def test_compare_roofline_without_roofline_metrics_is_one_line(roofline_sweep, t
 def test_a_long_run_says_how_long_before_it_starts(cache, capsys):
     """fastrnns' default shape: 110 iterations of ~81 GFLOP (forward+backward) at the GEMM
     peak; the small shape is below the line worth saying."""
-    from rnnexp import cli, estimate, job
+    from rnnexp.app import cli
+    from rnnexp.measure import job
+    from rnnexp.run import estimate
 
     _, calls = cache
     default = job.plan(check([], multirun=False)[0], {"model": "lstm", "backend": "auto"})

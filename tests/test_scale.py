@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rnnexp import placement
-from rnnexp.placement import Launch, Placement, launch_of, oversubscription, place
-from rnnexp.schema import DeviceKind
+from rnnexp.config.schema import DeviceKind
+from rnnexp.machine import placement
+from rnnexp.machine.placement import Launch, Placement, launch_of, oversubscription, place
 from tests.conftest import ROOT, TINY, kill_tree, load_results
 from tests.test_tracking import runs_of
 

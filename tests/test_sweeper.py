@@ -6,8 +6,8 @@ import json
 import pytest
 from hydra import initialize_config_dir
 
-from rnnexp import deepbench
-from rnnexp.config_check import CONF_DIR, check, expand_jobs
+from rnnexp.app.config_check import CONF_DIR, check, expand_jobs
+from rnnexp.config import deepbench
 from rnnexp.errors import ConfigError, RnnexpError
 from tests.conftest import TINY
 

@@ -5,8 +5,8 @@ import gc
 import numpy as np
 import pytest
 
-from rnnexp import stats
-from rnnexp.timing import PerfCounterClock, measure
+from rnnexp.measure.timing import PerfCounterClock, measure
+from rnnexp.results import stats
 
 
 class FakeClock:
@@ -167,9 +167,9 @@ class Jittery(Synthetic):
 def test_one_process_stops_once_its_median_is_known_well_enough(cls, expected, stopped):
     """The scheduler's rule for a lone process (bench.processes=1 with a precision target),
     asked after every sample as a round of one would."""
-    from rnnexp import schedule
-    from rnnexp.schema import BenchConfig
-    from rnnexp.timing import Samples, Timer
+    from rnnexp.config.schema import BenchConfig
+    from rnnexp.measure.timing import Samples, Timer
+    from rnnexp.run import schedule
 
     bench = BenchConfig(iters=60, min_iters=10, precision=0.02, processes=1, max_processes=1)
     clock = FakeClock()
@@ -204,7 +204,7 @@ def test_blocked_samples_are_per_iteration_means_of_back_to_back_iterations():
 
 
 def test_block_size_reaches_the_block_length():
-    from rnnexp.timing import block_for
+    from rnnexp.measure.timing import block_for
 
     assert block_for(0.01, 1.0) == 100  # 10 µs iterations: 100 per ≥1 ms sample
     assert block_for(3.0, 1.0) == 1 and block_for(0.01, 0.0) == 1
@@ -213,7 +213,7 @@ def test_block_size_reaches_the_block_length():
 
 
 def test_a_timer_continues_across_rounds_with_one_block_size():
-    from rnnexp.timing import Timer
+    from rnnexp.measure.timing import Timer
 
     clock = FakeClock()
     work = Synthetic(clock)

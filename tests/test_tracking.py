@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rnnexp import compare, sync
-from rnnexp.config_check import check
+from rnnexp.analysis import compare
+from rnnexp.app import sync
+from rnnexp.app.config_check import check
+from rnnexp.config.schema import PROJECT_TRACKING_URI
 from rnnexp.errors import ConfigError
-from rnnexp.results import CRASHED, INTERRUPTED, RESULTS_FILE, Result
-from rnnexp.schema import PROJECT_TRACKING_URI
-from rnnexp.sinks import Sweep
-from rnnexp.sinks import mlflow as mlflow_sink
-from rnnexp.sinks.mlflow import Mlflow, runs, store, view
+from rnnexp.results.result import CRASHED, INTERRUPTED, RESULTS_FILE, Result
+from rnnexp.results.sinks import Sweep
+from rnnexp.results.sinks import mlflow as mlflow_sink
+from rnnexp.results.sinks.mlflow import Mlflow, runs, store, view
 from tests.conftest import ROOT, TINY, free_port, load_results
 
 SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no CUDA here)
@@ -35,7 +36,7 @@ def rnnexp(*args: str, module: str = "rnnexp", timeout: float = 300, cwd: Path =
 
 
 def call(main, *args: str, capsys) -> tuple[int, str, str]:
-    """`python -m rnnexp.compare|sync ARGS` in this process (same code, no interpreter start)."""
+    """`python -m rnnexp compare|sync ARGS` in this process (same code, no interpreter start)."""
     rc = main(list(args))
     out = capsys.readouterr()
     return rc, out.out, out.err
@@ -128,7 +129,7 @@ def test_sweep_is_one_parent_with_a_child_per_job(recorded_sweep):
 
 
 def test_each_job_of_a_sweep_runs_its_own_composition(recorded_sweep):
-    """The launcher reuses the compositions the config check made (rnnexp.compositions):
+    """The launcher reuses the compositions the config check made (rnnexp.config.compositions):
     every job's .hydra files still say its own choices and overrides."""
     from omegaconf import OmegaConf
 
@@ -157,7 +158,7 @@ def test_compare_speedups_table_and_chart(recorded_sweep, tmp_path, capsys):
     uri = sqlite(tmp / "mlflow.db")
     png = tmp_path / "chart.png"
     proc = rnnexp("--baseline", "model=lstm", "--tracking-uri", uri, "--output", str(png),
-                  module="rnnexp.compare")
+                  command="compare")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "fwd speedup" in out and "bwd speedup" in out and "base" in out
@@ -210,10 +211,10 @@ def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp
     assert proc.returncode == 0, proc.stderr
     assert load_results(tmp_path / "run")["status"] == "ok"
     warnings = [ln for ln in proc.stderr.splitlines() if "not reachable" in ln]
-    assert len(warnings) == 1 and "python -m rnnexp.sync" in warnings[0]
+    assert len(warnings) == 1 and "python -m rnnexp sync" in warnings[0]
 
     uri = sqlite(tmp_path / "later.db")
-    up = rnnexp(str(tmp_path / "run"), "--tracking-uri", uri, module="rnnexp.sync")
+    up = rnnexp(str(tmp_path / "run"), "--tracking-uri", uri, command="sync")
     assert up.returncode == 0, up.stderr
     assert "1 uploaded, 0 already recorded" in up.stdout
     rc, out, _ = call(sync.main, str(tmp_path / "run"), "--tracking-uri", uri, capsys=capsys)
@@ -321,7 +322,7 @@ def test_a_failed_launch_ends_its_parent_run(tmp_path):
 
 
 def test_a_sweep_is_named_by_what_it_sweeps_before_its_date():
-    from rnnexp.sinks import sweep_name
+    from rnnexp.results.sinks import sweep_name
 
     assert sweep_name(["model=lstm,py", "shape=small"], "2026-11-24 10:00:00") == \
         "model=lstm,py · 2026-11-24 10:00:00"

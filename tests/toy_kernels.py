@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from rnnexp.kernel_plugins import Kernel
+from rnnexp.config.kernel_plugins import Kernel
 from rnnexp.models import native
 
 

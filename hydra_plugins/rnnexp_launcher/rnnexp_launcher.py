@@ -1,7 +1,7 @@
-"""rnnexp's launcher: Hydra's public Launcher API around rnnexp.launch.
+"""rnnexp's launcher: Hydra's public Launcher API around rnnexp.app.launch.
 
 Hydra finds launchers in the `hydra_plugins` namespace; this module only adapts the API —
-what a sweep's jobs go through is rnnexp.launch's. Each job is composed through the
+what a sweep's jobs go through is rnnexp.app.launch's. Each job is composed through the
 `hydra_context` Hydra gives the launcher, its folder made and its task function run by
 Hydra's own `run_job`, as the basic launcher does; before that, the jobs' configurations are
 measured together, in interleaved rounds. rnnexp's sweeper hands over the typed configs it
@@ -55,7 +55,8 @@ class RnnexpLauncher(Launcher):
         """`launch`, with each job's typed config as the sweeper checked it (None: the
         launcher types them)."""
         # The app's own code, imported when a sweep runs (not when Hydra scans plugins).
-        from rnnexp import compositions, launch, schema
+        from rnnexp.app import launch
+        from rnnexp.config import compositions, schema
         from rnnexp.errors import Interrupted
 
         assert self.config is not None and self.hydra_context is not None

@@ -2,9 +2,9 @@
 
 A sweep (`-m`) goes: the command line (and a preset's `hydra.sweeper.params`) expanded into
 its jobs with Hydra's override grammar — lists, `range()`, `choice()`, `glob()`; every job
-composed and checked (`validate_batch_is_legal`: rnnexp.config_check, one line on the first
+composed and checked (`validate_batch_is_legal`: rnnexp.app.config_check, one line on the first
 problem, before any folder is made); then the sweep folder and the sinks' record of the
-sweep started (rnnexp.callback.SweepRecord), the jobs launched, and the record ended — or
+sweep started (rnnexp.app.callback.SweepRecord), the jobs launched, and the record ended — or
 ended interrupted or failed with the reason when the launch stops.
 """
 
@@ -50,7 +50,7 @@ class RnnexpSweeper(Sweeper):
 
     def jobs(self, arguments: Sequence[str]) -> List[List[str]]:
         """Every job's overrides, in job order."""
-        from rnnexp import config_check
+        from rnnexp.app import config_check
 
         assert self.hydra_context is not None
         params = [f"{k}={v}" for k, v in self.params.items()]
@@ -61,7 +61,8 @@ class RnnexpSweeper(Sweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Each job composed as the launcher will compose it, and checked (rnnexp's config
         check); the typed configs are kept for the launch."""
-        from rnnexp import compositions, config_check
+        from rnnexp.app import config_check
+        from rnnexp.config import compositions
 
         assert self.hydra_context is not None and self.config is not None
         loader, master = self.hydra_context.config_loader, self.config
@@ -71,8 +72,8 @@ class RnnexpSweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from hydra_plugins.rnnexp_launcher.rnnexp_launcher import RnnexpLauncher
-        from rnnexp import run_dir
-        from rnnexp.callback import SweepRecord, prestart_workers
+        from rnnexp.app import run_dir
+        from rnnexp.app.callback import SweepRecord, prestart_workers
 
         assert self.config is not None and self.launcher is not None
         batch = self.jobs(arguments)

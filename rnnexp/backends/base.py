@@ -9,11 +9,11 @@ from typing import ContextManager, Iterator
 
 import torch
 
-from rnnexp.device import synchronize, use_device
+from rnnexp.config.schema import ModelConfig
 from rnnexp.errors import UnsupportedError
-from rnnexp.platform import Platform
-from rnnexp.schema import ModelConfig
-from rnnexp.workload import Workload
+from rnnexp.machine.device import synchronize, use_device
+from rnnexp.machine.platform import Platform
+from rnnexp.models.workload import Workload
 
 
 def suggest(*options: str) -> str:
@@ -63,7 +63,7 @@ def untimed_runs(workload: Workload, device: torch.device, runs: int,
     """`runs` forward(+backward) calls off the clock; seconds they took, GPU work included
     (synchronised before the clock is read). Gradients are cleared afterwards. `record`
     gets each call's wall time in ms (synchronised after each call: a job's start-up,
-    rnnexp.compile_cost).
+    rnnexp.models.compile_cost).
 
     Grad mode as the timer will have it: a workload built without gradients
     (bench.backward=false) or without a backward is timed under no_grad, and a compiled or
@@ -90,7 +90,7 @@ def untimed_runs(workload: Workload, device: torch.device, runs: int,
 class Backend:
     name = "base"
     # Process-global settings that may not switch back inside one process (TorchScript):
-    # run each job in a fresh process (rnnexp.isolation).
+    # run each job in a fresh process (rnnexp.measure.isolation).
     isolate = False
     # Untimed calls every model gets in `prepare`, whatever `bench.warmup` and `bench.verify`
     # say: first-use costs (cuDNN handles and dropout state, MIOpen's kernel compilation,
@@ -105,7 +105,7 @@ class Backend:
         self.device = device
         self.dtype = dtype
         self.first_call_s: float | None = None
-        # Each untimed call made in `prepare`, in ms (rnnexp.compile_cost).
+        # Each untimed call made in `prepare`, in ms (rnnexp.models.compile_cost).
         self.untimed_ms: list[float] = []
         self.matmul_fp32_precision: str | None = None  # read inside context()
 

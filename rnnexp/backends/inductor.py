@@ -25,9 +25,9 @@ from typing import Iterator
 import torch
 
 from rnnexp.backends.base import Backend, loop_twin, untimed_runs
-from rnnexp.platform import Platform
-from rnnexp.schema import ModelConfig
-from rnnexp.workload import Workload
+from rnnexp.config.schema import ModelConfig
+from rnnexp.machine.platform import Platform
+from rnnexp.models.workload import Workload
 
 # torch.compile modes that record CUDA graphs on a GPU (torch._inductor.list_mode_options).
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")

@@ -17,7 +17,7 @@ import torch
 from rnnexp.backends import jitflags
 from rnnexp.backends.base import untimed_runs
 from rnnexp.backends.jitflags import JitFlags
-from rnnexp.workload import Workload
+from rnnexp.models.workload import Workload
 
 # Unfused profiling executor: what a scripted loop runs under a vendor backend, any device.
 UNFUSED = JitFlags(profiling_executor=True, optimize=True, texpr_fuser=False, fuse_on_cpu=False,

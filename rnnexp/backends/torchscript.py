@@ -19,9 +19,9 @@ import torch
 from rnnexp.backends.base import Backend, loop_twin, scripted_twin
 from rnnexp.backends.jitflags import JitFlags
 from rnnexp.backends.scripting import ScriptedRun
-from rnnexp.platform import Platform
-from rnnexp.schema import Executor, JitFuser, ModelConfig
-from rnnexp.workload import Workload
+from rnnexp.config.schema import Executor, JitFuser, ModelConfig
+from rnnexp.machine.platform import Platform
+from rnnexp.models.workload import Workload
 
 
 class TorchScriptBackend(Backend):

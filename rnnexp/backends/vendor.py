@@ -19,12 +19,12 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rnnexp import emulation
 from rnnexp.backends.base import Backend
 from rnnexp.backends.scripting import UNFUSED, ScriptedRun
-from rnnexp.platform import Platform
-from rnnexp.schema import ModelConfig
-from rnnexp.workload import Workload
+from rnnexp.config.schema import ModelConfig
+from rnnexp.machine import emulation
+from rnnexp.machine.platform import Platform
+from rnnexp.models.workload import Workload
 
 # cuDNN RNNs with bfloat16: compiled cuDNN >= 9.13 and SM >= 8.0 (CUDAHooks.cpp
 # supportsBFloat16RNNWithCuDNN); the runtime version stands in for the compiled one here, and
@@ -145,7 +145,7 @@ class VendorLibrary(Backend):
                     and cap is not None and cap >= (8, 0))
 
     def reference_math(self) -> str:
-        """How verification's low-precision reference must compute (rnnexp.emulation)."""
+        """How verification's low-precision reference must compute (rnnexp.machine.emulation)."""
         return emulation.TF32 if self.tf32_effective() else ""
 
     def info(self) -> dict:

@@ -20,7 +20,7 @@ from rnnexp.models.cells import lstm_tail
 from rnnexp.models.inputs import REFERENCE_DTYPE, elem_bytes, reference_spec
 from rnnexp.models.loops import script_if
 from rnnexp.models.work import eltwise_work
-from rnnexp.workload import Work, Workload, WorkloadSpec, seeded_grad_like
+from rnnexp.models.workload import Work, Workload, WorkloadSpec, seeded_grad_like
 
 # tensorexpr's DynamicShape: dims scaled by U(1/1.2, 1) over a pool of pre-built samples.
 DYNAMIC_RANGE = 1.2

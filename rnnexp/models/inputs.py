@@ -12,7 +12,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from rnnexp.workload import WorkloadSpec
+from rnnexp.models.workload import WorkloadSpec
 
 REFERENCE_DTYPE = torch.float64
 

@@ -43,7 +43,7 @@ from rnnexp.models.native import lstm as native_lstm
 from rnnexp.models.native import varlen_lstm as native_varlen_lstm
 from rnnexp.models.native import with_dropout_off_for_verification
 from rnnexp.models.work import gru_work, layernorm_lstm_work, lstm_work
-from rnnexp.workload import Workload, WorkloadSpec, module_workload
+from rnnexp.models.workload import Workload, WorkloadSpec, module_workload
 
 
 class StackedLoop(nn.Module):
@@ -119,7 +119,7 @@ def script(module: nn.Module) -> nn.Module:
 
 def script_if(module: nn.Module, spec: WorkloadSpec) -> tuple[nn.Module, Optional[float]]:
     """The module, scripted when the spec says so, and the seconds scripting took (None: not
-    scripted): a compiling backend's start-up (rnnexp.compile_cost)."""
+    scripted): a compiling backend's start-up (rnnexp.models.compile_cost)."""
     if not spec.script:
         return module, None
     t0 = time.perf_counter()

@@ -21,7 +21,7 @@ from rnnexp.models.inputs import (
     varlen_inputs,
 )
 from rnnexp.models.work import gru_work, layernorm_tail_work, lstm_work
-from rnnexp.workload import Workload, WorkloadSpec, module_workload
+from rnnexp.models.workload import Workload, WorkloadSpec, module_workload
 
 
 @contextlib.contextmanager

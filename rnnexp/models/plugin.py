@@ -1,4 +1,4 @@
-"""The workload of a plugin kernel (rnnexp.kernel_plugins), built as the built-ins are.
+"""The workload of a plugin kernel (rnnexp.config.kernel_plugins), built as the built-ins are.
 
 A kernel with rnnexp's reference gets nn.LSTM's / nn.GRU's seeded weights (the same values
 the built-in models and the float64 reference hold), the same seeded inputs and backward
@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from rnnexp.kernel_plugins import COMPUTES, Kernel
+from rnnexp.config.kernel_plugins import COMPUTES, Kernel
 from rnnexp.models.inputs import (
     REFERENCE_DTYPE,
     elem_bytes,
@@ -26,7 +26,7 @@ from rnnexp.models.inputs import (
 )
 from rnnexp.models.native import native
 from rnnexp.models.work import gru_work, lstm_work
-from rnnexp.workload import Workload, WorkloadSpec, first_output_backward, tensor_backward
+from rnnexp.models.workload import Workload, WorkloadSpec, first_output_backward, tensor_backward
 
 WORK = {"lstm": lstm_work, "gru": gru_work}
 

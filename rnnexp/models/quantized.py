@@ -17,7 +17,7 @@ from rnnexp.errors import ConfigError, UnsupportedError
 from rnnexp.models.inputs import REFERENCE_DTYPE, module_inputs, native_rnn, reference_spec
 from rnnexp.models.native import native
 from rnnexp.models.work import quantized_work
-from rnnexp.workload import Workload, WorkloadSpec, module_workload
+from rnnexp.models.workload import Workload, WorkloadSpec, module_workload
 
 # (atol, rtol) against the float model in float64: absolute, not the measured rule of
 # verify.py, because quantization error is systematic, not rounding noise (a float32 reference

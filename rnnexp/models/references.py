@@ -17,7 +17,7 @@ from torch import Tensor
 from rnnexp.models.cells import LAYERNORM_EPS
 from rnnexp.models.inputs import detached_params, elem_bytes, native_rnn, sequence_inputs
 from rnnexp.models.work import layernorm_lstm_work, layernorm_tail_work
-from rnnexp.workload import Workload, WorkloadSpec, first_output_backward
+from rnnexp.models.workload import Workload, WorkloadSpec, first_output_backward
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:

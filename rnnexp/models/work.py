@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from rnnexp.schema import ShapeConfig
-from rnnexp.workload import Work
+from rnnexp.config.schema import ShapeConfig
+from rnnexp.models.workload import Work
 
 # Pointwise FLOPs per hidden unit per step of one cell, after the gate GEMMs.
 # LSTM: 3 adds on 4H gates (12) + 3 sigmoid + 2 tanh (5) + c' = f*c + i*g (3) + h' = o*tanh (1).

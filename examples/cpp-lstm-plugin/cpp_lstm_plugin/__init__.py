@@ -11,7 +11,7 @@ from typing import List, Tuple
 
 from torch import Tensor, nn
 
-from rnnexp.kernel_plugins import Kernel
+from rnnexp.config.kernel_plugins import Kernel
 
 
 class CppLSTM(nn.Module):

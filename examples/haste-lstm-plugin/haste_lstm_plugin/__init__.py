@@ -17,7 +17,7 @@ from typing import List, Tuple
 import torch
 from torch import Tensor, nn
 
-from rnnexp.kernel_plugins import Kernel
+from rnnexp.config.kernel_plugins import Kernel
 
 NOT_INSTALLED = ("haste_pytorch is not installed (haste builds with CUDA only: "
                  "pip install haste_pytorch on a machine with a CUDA toolkit)")

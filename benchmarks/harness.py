@@ -1,0 +1,461 @@
+"""`make bench`: the harness's own speed and honesty, as ratios measured side by side in one
+run (absolute times on a shared machine are noise; the inputs are printed with each ratio).
+
+    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa] [compare]   (default: all)
+
+- overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
+  jobs' own work (timed samples, warm-up, verification), per job, from two sweeps of N1 and
+  N2 jobs (the difference removes the once-per-sweep start-up); against the timed work.
+  Swept over seeds (values) and over models (a config group), which differ in how often
+  the config is composed. `--baseline PATH` adds the same sweeps run from another
+  checkout, interleaved.
+- fastrnns: wall time of fastrnns' RNN set (seq 20, input 128, hidden 128, batch 16:
+  lstm and py under backend=aten, the five jit* loops under backend=jit executor=simple) with
+  bench=default (10 + 100) against bench=adaptive, MLflow on (each variant its own store,
+  made before timing, as a user's store exists), each job's time to its result (measuring:
+  builds, verification, warm-ups and timed samples, without the sweep's start-up around
+  it), and the precision each claims.
+  `--baseline PATH` adds the same fixed sweeps run from another checkout (e.g. the previous
+  version), interleaved.
+- fidelity: rnnexp's timer against torch.utils.benchmark.Timer.blocked_autorange on the same
+  callables (an nn.LSTM forward and the microsecond eltwise tail), interleaved.
+- aa: A/A coverage of the between-process interval: a configuration measured with
+  bench=adaptive, then re-run in fresh single processes; how often a rerun's median lands
+  inside the interval the first run reported (the interval's promise is ~95%), and inside the
+  interval the same process medians give without the drift between earlier runs
+  (rnnexp.run.drift; every run here adds to that history).
+- compare: whether rnnexp.analysis.compare tells identical work from a real difference on this
+  machine, over `--trials` repetitions of: (a) A/A interleaved — one sweep of two seeds of
+  the same configuration (identical work), compared paired by round with
+  `--baseline seed=0`; (b) A/A apart — two one-job sweeps of it run one after the other,
+  compared run against run with `--against`; (c) power — one interleaved sweep of
+  shape.seq_len=20,22 (10% more work, exactly, by the work counts), `--baseline
+  shape.seq_len=20`. It counts cells flagged and gate alarms (`--fail-on-regression 5`) for
+  the A/As (α promises ≤ 5%), and for the planted slowdown how often it is found and how
+  often the interval covers the work counts' ratio, with each sweep's wall time. The drift
+  history starts empty (a cache of its own): early trials apart can only say "cannot tell".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from rnnexp.app import config_check
+from rnnexp.config import kernel_plugins, schema
+from rnnexp.measure import job
+from rnnexp.measure.timing import PerfCounterClock, Timer, block_for
+from rnnexp.results import stats
+from rnnexp.results.result import RESULTS_FILE, Result, TimingInfo
+from rnnexp.run import execution, roofline
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+ROOT = Path(__file__).resolve().parent.parent
+SHAPE = ["shape.seq_len=20", "shape.input_size=128", "shape.hidden_size=128",
+         "shape.batch_size=16"]
+# fastrnns' RNN set on a CPU: its cudnn/aten runners are model=lstm under backend=aten; py is
+# eager Python (never scripted), the jit* loops are TorchScripted.
+FASTRNNS_SET = [
+    ["model=lstm,py", "backend=aten", *SHAPE],
+    ["model=jit,jit_premul,jit_premul_bias,jit_simple,jit_multilayer", "backend=jit",
+     "backend.executor=simple", *SHAPE],
+]
+
+
+PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare")
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f} on {os.cpu_count()} CPUs"
+
+
+# --- sweeps through the real CLI ----------------------------------------------------------
+
+def sweep(overrides: Sequence[str], folder: Path, root: Path = ROOT,
+          store: Optional[Path] = None) -> tuple[float, list[Result]]:
+    """Run `python -m rnnexp -m ...` from checkout `root` with MLflow on (the SQLite store
+    `store`, by default a new one in `folder`); (wall seconds, results)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    store = (store or folder / "mlflow.db").resolve()
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONWARNINGS": "ignore",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{store}"}
+    cmd = [sys.executable, "-m", "rnnexp", "-m", *overrides,
+           f"hydra.sweep.dir={folder.resolve()}/sweep"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"error: sweep failed ({' '.join(overrides)}): "
+                         f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    results = [Result.load_checked(p)
+               for p in sorted((folder / "sweep").glob(f"*/{RESULTS_FILE}"))]
+    return wall, results
+
+
+def timed_s(result: Result) -> float:
+    """Seconds of timed samples (each sample is the mean of `block` iterations)."""
+    timing = result.timing or TimingInfo()
+    if timing.timed_s is not None:
+        return float(timing.timed_s)
+    total = sum(sum(result.phase(p).samples_ms) for p in ("forward", "backward"))
+    return total / 1e3 * int(timing.block or 1)
+
+
+def work_s(result: Result) -> float:
+    """The job's own work: timed samples, warm-up — the backend's untimed first runs
+    included — and verification (as far as the result records them)."""
+    timing, backend = result.timing or TimingInfo(), result.backend.details
+    return timed_s(result) + float(timing.warmup_s or 0) + float(timing.verify_s or 0) \
+        + sum(float(backend.get(k) or 0) for k in ("first_call_s", "optimize_s"))
+
+
+# Loop models a jit sweep can take as its config-group axis (each job its own choice).
+LOOP_MODELS = ["jit", "jit_premul", "jit_premul_bias", "jit_simple", "jit_multilayer",
+               "jit_gru", "jit_dropout", "jit_layernorm"]
+
+
+def overhead(n1: int, n2: int, tmp: Path, rounds: int = 1,
+             baseline: Optional[Path] = None) -> None:
+    """Two axes: seeds (values) and models (a config group: every job its own choice).
+    With several rounds, the median per-job overhead and the range of the rounds; with a
+    baseline checkout, its sweeps interleaved with this one's, round by round."""
+    base = ["backend=jit", "backend.executor=simple", "shape=small", "bench=quick"]
+    axes = [("seeds", lambda n: ["model=jit", f"seed=range(0,{n})"])]
+    if n2 <= len(LOOP_MODELS):
+        axes.append(("models", lambda n: [f"model={','.join(LOOP_MODELS[:n])}"]))
+    checkouts = [("this checkout", ROOT)] + ([(str(baseline), baseline)] if baseline else [])
+    table = Table(title=f"per-job overhead in a sweep, MLflow on ({rounds} round(s); {load()})")
+    for col in ("inputs", "checkout", "per-job overhead", "÷ this checkout",
+                "timed work per job", "overhead / timed", "once per sweep"):
+        table.add_column(col, justify="right")
+    for axis, swept in axes:
+        per_job = {name: [] for name, _ in checkouts}
+        startup = {name: [] for name, _ in checkouts}
+        timed = {name: [] for name, _ in checkouts}
+        walls = {name: [] for name, _ in checkouts}
+        for r in range(rounds):
+            for c, (name, root) in enumerate(checkouts):
+                runs = {}
+                for n in (n1, n2):  # n distinct jobs, each in its own worker process
+                    wall, results = sweep([*base, *swept(n)],
+                                          tmp / f"overhead_{axis}{n}_{r}_{c}", root)
+                    runs[n] = (wall, sum(work_s(x) for x in results),
+                               sum(timed_s(x) for x in results))
+                (w1, k1, t1), (w2, k2, t2) = runs[n1], runs[n2]
+                per_job[name].append(((w2 - k2) - (w1 - k1)) / (n2 - n1))
+                startup[name].append((w1 - k1) - n1 * per_job[name][-1])
+                timed[name].append((t2 - t1) / (n2 - n1))
+                walls[name].append(f"{w1:.1f}/{w2:.1f} s")
+        ref = float(np.median(per_job[checkouts[0][0]]))
+        for name, _ in checkouts:
+            job = float(np.median(per_job[name]))
+            spread = f"{min(per_job[name]):.2f}–{max(per_job[name]):.2f}"
+            timed_per_job = float(np.median(timed[name]))
+            inputs = f"{' '.join([*base, *swept(n2)])}; sweeps of {n1} and {n2} jobs, " \
+                if name == checkouts[0][0] else ""
+            table.add_row(f"{inputs}walls {', '.join(walls[name])}", name,
+                          f"{job:.2f} s" + (f" ({spread})" if rounds > 1 else ""),
+                          f"{job / ref:.2f}×" if ref > 0 else "—",
+                          f"{timed_per_job:.3f} s",
+                          f"{job / timed_per_job:.1f}×" if timed_per_job > 0 else "—",
+                          f"{float(np.median(startup[name])):.1f} s")
+    console.print(table)
+
+
+def measuring_s(result: Result) -> float:
+    """A job's time to its result: from its first process's start to its last one's end
+    (builds, verification, warm-ups, timed samples), without the sweep around it; NaN where
+    the result does not record it (an older checkout)."""
+    value = result.timing.measure_s if result.timing else None
+    return float("nan") if value is None else float(value)
+
+
+def claimed(result: Result) -> float:
+    """The relative half-width of the interval a result claims for fwd+bwd: between
+    processes if it has one, else its median's within-process 95% interval."""
+    total = result.phase("total")
+    median = total.median_ms
+    low, high = total.between_low_ms, total.between_high_ms
+    if low is None or high is None:
+        low, high = total.median_ci_low_ms, total.median_ci_high_ms
+    if not median or low is None or high is None:
+        return float("nan")
+    return (high - low) / 2 / median
+
+
+def new_store(path: Path) -> Path:
+    """An MLflow SQLite store with its schema made (untimed): a user's store exists already,
+    and making one costs ~0.9 s once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-c", "from mlflow.tracking import MlflowClient; "
+                    f"MlflowClient(tracking_uri='sqlite:///{path.resolve()}')"
+                    ".search_experiments()"], check=True, capture_output=True)
+    return path
+
+
+def fastrnns(rounds: int, tmp: Path, baseline: Path | None) -> None:
+    variants = [("fixed (bench=default)", ROOT, ["bench=default"]),
+                ("adaptive (bench=adaptive)", ROOT, ["bench=adaptive"])]
+    if baseline is not None:
+        variants.insert(0, (f"fixed, {baseline}", baseline, ["bench=default"]))
+    walls = {name: [] for name, _, _ in variants}
+    results = {name: [] for name, _, _ in variants}
+    stores = [new_store(tmp / f"store{i}" / "mlflow.db") for i in range(len(variants))]
+    for r in range(rounds):  # alternate, so drift hits every variant alike
+        for i, (name, root, extra) in enumerate(variants):
+            wall = 0.0
+            for j, overrides in enumerate(FASTRNNS_SET):
+                w, res = sweep([*overrides, *extra], tmp / f"fastrnns{r}_{i}_{j}", root,
+                               stores[i])
+                wall += w
+                results[name].extend(res)
+            walls[name].append(wall)
+    fixed = "fixed (bench=default)"
+    ref = float(np.median(walls[fixed]))
+    table = Table(title=f"fastrnns set ({len(results[fixed]) // rounds} jobs, MLflow on; "
+                        f"{rounds} round(s), interleaved; {load()})")
+    for col in ("variant", "wall time", "÷ fixed", "measuring per job", "÷ fixed", "timed work",
+                "claimed ± (median job)", "interval kind", "stopped"):
+        table.add_column(col, justify="right")
+    measuring = {}
+    for name, res in results.items():
+        seconds = np.array([measuring_s(r) for r in res])
+        measuring[name] = float(np.nanmedian(seconds)) if np.isfinite(seconds).any() \
+            else float("nan")
+    for name, _, _ in variants:
+        res = results[name]
+        wall = float(np.median(walls[name]))
+        between = any(r.phase("total").between_low_ms is not None for r in res)
+        stops = sorted({(r.timing.stopped if r.timing else "") or "iters" for r in res})
+        known = np.isfinite(measuring[name])
+        table.add_row(name, f"{wall:.1f} s", f"{wall / ref:.2f}×",
+                      f"{measuring[name]:.2f} s" if known else "—",
+                      f"{measuring[name] / measuring[fixed]:.2f}×" if known else "—",
+                      f"{sum(timed_s(r) for r in res) / rounds:.1f} s",
+                      f"±{100 * float(np.nanmedian([claimed(r) for r in res])):.1f}%",
+                      "new run, between processes" if between else "median, one process",
+                      ",".join(stops))
+    console.print(table)
+
+
+# --- in this process ------------------------------------------------------------------------
+
+def planned(overrides: Sequence[str]) -> job.Plan:
+    schema.register(with_deepbench=False)  # storing DeepBench's problems: 0.19 s a call
+    kernel_plugins.register()
+    (cfg,) = config_check.check(list(overrides), multirun=False)
+    choices = dict(o.split("=", 1) for o in overrides if "." not in o.split("=", 1)[0])
+    return job.plan(cfg, choices, list(overrides))
+
+
+def fidelity(rounds: int) -> None:
+    """Our Timer and torch.utils.benchmark.Timer on the same forward, alternating."""
+    from torch.utils import benchmark
+
+    table = Table(title=f"timer fidelity: rnnexp Timer vs torch.utils.benchmark.Timer "
+                        f"({rounds} rounds, interleaved; {load()})")
+    for col in ("callable", "rnnexp median", "torch median", "rnnexp / torch", "block"):
+        table.add_column(col, justify="right")
+    for label, overrides in (("nn.LSTM forward, fastrnns shape",
+                              ["model=lstm", "backend=aten", "device=cpu", *SHAPE]),
+                             ("eltwise forward, 16×128", ["model=eltwise", "backend=aten",
+                                                          "device=cpu", *SHAPE])):
+        p = planned([*overrides, "bench.backward=false"])
+        with p.backend.context():
+            w = p.backend.prepare(job.build_workload(p.cfg, p.spec))
+            ours, theirs = [], []
+            timer = Timer(w, PerfCounterClock(), backward=False)
+            block = block_for(timer.warmup(20), 1.0)
+            # torch's Timer runs on one thread unless told: give it the threads ours uses.
+            reference = benchmark.Timer("with torch.no_grad(): w.run_forward()",
+                                        globals={"w": w, "torch": torch},
+                                        num_threads=torch.get_num_threads())
+            for _ in range(rounds):
+                ours.append(stats.median(timer.run(30, block=block).forward_ms))
+                theirs.append(reference.blocked_autorange(min_run_time=0.2).median * 1e3)
+        a, b = float(np.median(ours)), float(np.median(theirs))
+        table.add_row(label, f"{a:.4f} ms", f"{b:.4f} ms", f"{a / b:.3f}", str(block))
+    console.print(table)
+
+
+def aa(trials: int, reruns: int, overrides: Sequence[str]) -> None:
+    """A/A: measure with bench=adaptive, then rerun in fresh single processes; count the
+    reruns whose fwd+bwd median lands inside the first run's between-process interval —
+    apart for first runs that knew the configuration's drift between runs (rnnexp.run.drift) and
+    those that did not yet, and side by side with the interval the same process medians give
+    without the drift. The history starts empty (a cache of its own), so the first trial
+    shows a configuration's first run and the later ones what its earlier runs teach."""
+    counts = {True: [0, 0, 0], False: [0, 0, 0]}  # drift known → inside, inside without, all
+    widths, drifts = [], []
+    with tempfile.TemporaryDirectory(prefix="rnnexp-aa-") as cache, own_cache(Path(cache)):
+        for _ in range(trials):
+            first: Result = execution.execute(planned([*overrides, "bench=adaptive"]))
+            t, env = first.phase("total"), first.environment
+            known = env.drift is not None
+            within = stats.between_processes(t.process_medians_ms)
+            if known:
+                widths.append((t.between_high_ms - t.between_low_ms) / 2 / t.median_ms)
+                drifts.append(f"±{100 * env.drift:.1f}% ({env.drift_runs} runs)")
+            for _ in range(reruns):
+                again = execution.execute(planned([
+                    *overrides, "bench=adaptive", "bench.processes=1",
+                    "bench.max_processes=1", "bench.precision=null", "bench.iters=20",
+                    "bench.verify=false"]))
+                median = again.phase("total").median_ms
+                tally = counts[known]
+                tally[0] += t.between_low_ms <= median <= t.between_high_ms
+                tally[1] += within["low_ms"] <= median <= within["high_ms"]
+                tally[2] += 1
+    table = Table(title=f"A/A coverage of the between-process interval: "
+                        f"{' '.join(overrides)} ({load()})")
+    for col in ("first runs", "inside", "without drift: inside",
+                "claimed ± (median)", "drift (first … last)"):
+        table.add_column(col, justify="right")
+    for known, (inside, without, total) in counts.items():
+        if not total:
+            continue
+        table.add_row(f"{total // reruns} × {reruns} reruns, drift "
+                      + ("known" if known else "not yet known"),
+                      share(inside, total), share(without, total),
+                      f"±{100 * float(np.median(widths)):.1f}%" if known and widths else "—",
+                      f"{drifts[0]} … {drifts[-1]}" if known and drifts else "—")
+    console.print(table)
+
+
+@contextlib.contextmanager
+def own_cache(folder: Path) -> Iterator[None]:
+    """rnnexp's cache (the drift history, the roofline) in `folder` while inside: this
+    process's runs and the sweeps it starts begin with no history of their own."""
+    previous = os.environ.get(roofline.CACHE_ENV)
+    os.environ[roofline.CACHE_ENV] = str(folder)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(roofline.CACHE_ENV, None)
+        else:
+            os.environ[roofline.CACHE_ENV] = previous
+
+
+def share(n: int, of: int) -> str:
+    return f"{n}/{of} ({100 * n / of:.0f}%)" if of else "—"
+
+
+GATE_PCT = 5.0
+COMPARED = ["model=jit", "backend=aten", "device=cpu", *SHAPE, "bench.processes=3",
+            "bench.iters=200", "sinks=[json]"]
+
+
+def judged(candidate: Path, baseline: Optional[Path] = None, key: str = "", value: str = ""
+           ) -> tuple[dict, list[str]]:
+    """compare's cells and gate alarms for a sweep folder, against another sweep or a
+    baseline value of `key`, as `python -m rnnexp.analysis.compare` makes them."""
+    from rnnexp.analysis import compare, significance, sweeps
+
+    runs = sweeps.from_folder(candidate).runs
+    bases = (compare.baselines_across(runs, sweeps.from_folder(baseline).runs) if baseline
+             else compare.baselines_within(runs, key, value))
+    cells = compare.judge(runs, bases, significance.MIN_EFFECT, GATE_PCT / 100)
+    return cells, compare.regressions(runs, cells, GATE_PCT)
+
+
+def comparisons(trials: int, tmp: Path) -> None:
+    """A/A interleaved, A/A apart and a planted 10% slowdown, `trials` times each."""
+    tally = {name: {"cells": 0, "flagged": 0, "alarms": 0, "runs": 0, "walls": [],
+                    "found": 0, "covered": 0, "undecided": 0, "widths": []}
+             for name in ("A/A interleaved", "A/A apart", "+10% work, interleaved")}
+    with own_cache(tmp / "cache"):  # a drift history of its own
+        for t in range(trials):
+            folder = tmp / f"compare-{t}"
+            wall, _ = sweep([*COMPARED, "seed=0,1"], folder / "aa")
+            record(tally["A/A interleaved"], wall, *judged(folder / "aa" / "sweep",
+                                                           key="seed", value="0"))
+            walls = [sweep([*COMPARED, "seed=0"], folder / name)[0] for name in ("a", "b")]
+            record(tally["A/A apart"], sum(walls),
+                   *judged(folder / "b" / "sweep", baseline=folder / "a" / "sweep"))
+            wall, results = sweep([*COMPARED, "shape.seq_len=20,22"], folder / "power")
+            cells, alarms = judged(folder / "power" / "sweep", key="shape.seq_len", value="20")
+            works = {r.config["shape"]["seq_len"]: r.work.flops_fwd for r in results if r.work}
+            true = works[20] / works[22]  # the speedup the extra work makes: 1/1.1
+            power = tally["+10% work, interleaved"]
+            record(power, wall, cells, alarms)
+            power["found"] += sum(d.verdict == "slower" for d in cells.values())
+            power["covered"] += sum(d.low <= true <= d.high for d in cells.values())
+            console.print(f"trial {t + 1}/{trials} done ({load()})", highlight=False)
+    table = Table(title=f"compare on this machine: {' '.join(COMPARED)}, gate "
+                        f"--fail-on-regression {GATE_PCT:g} ({load()})")
+    for col in ("check", "cells flagged", "cannot tell", "gate alarms", "found (slower)",
+                "interval covers 1/1.1", "interval ± (median)", "wall per answer (median)"):
+        table.add_column(col, justify="right")
+    for name, t in tally.items():
+        power = name.startswith("+")
+        table.add_row(name, share(t["flagged"], t["cells"]), share(t["undecided"], t["cells"]),
+                      share(t["alarms"], t["runs"]),
+                      share(t["found"], t["cells"]) if power else "—",
+                      share(t["covered"], t["cells"]) if power else "—",
+                      f"±{100 * float(np.median(t['widths'])):.1f}%" if t["widths"] else "—",
+                      f"{float(np.median(t['walls'])):.1f} s" if t["walls"] else "—")
+    console.print(table)
+
+
+def record(t: dict, wall: float, cells: dict, alarms: list[str]) -> None:
+    t["walls"].append(wall)
+    t["cells"] += len(cells)
+    t["flagged"] += sum(d.real for d in cells.values())
+    t["undecided"] += sum(d.verdict == "?" for d in cells.values())
+    t["widths"] += [d.half_width for d in cells.values() if np.isfinite(d.half_width)]
+    t["runs"] += 1
+    t["alarms"] += bool(alarms)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("parts", nargs="*", default=[],
+                        help="any of: overhead fastrnns fidelity aa compare (default: all)")
+    parser.add_argument("--jobs", type=int, nargs=2, default=[2, 8], metavar=("N1", "N2"),
+                        help="overhead: the two sweep sizes (default 2 8)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="overhead, fastrnns: rounds (medians are reported)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="overhead, fastrnns: also run the sweeps (fastrnns: the fixed "
+                             "ones) from this checkout, interleaved")
+    parser.add_argument("--trials", type=int, default=4,
+                        help="aa: first runs; compare: repetitions of each check")
+    parser.add_argument("--reruns", type=int, default=5, help="aa: reruns per first run")
+    args = parser.parse_args(argv)
+    parts = args.parts or list(PARTS)
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown part {', '.join(unknown)} — choose from {', '.join(PARTS)}")
+    console.print(f"rnnexp bench · torch {torch.__version__} · {os.cpu_count()} CPUs · "
+                  f"{time.strftime('%Y-%m-%d %H:%M %Z')} · {load()}", highlight=False)
+    with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
+        if "overhead" in parts:
+            overhead(*args.jobs, Path(tmp), args.rounds, args.baseline)
+        if "fastrnns" in parts:
+            fastrnns(args.rounds, Path(tmp), args.baseline)
+    if "fidelity" in parts:
+        fidelity(rounds=5)
+    if "aa" in parts:
+        aa(args.trials, args.reruns, ["model=jit", "backend=jit", "backend.executor=simple",
+                                      "device=cpu", *SHAPE])
+    if "compare" in parts:
+        with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
+            comparisons(args.trials, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,2 @@
+"""Where it runs: the platform and device, their emulation for tests, the machine's
+state (load, clocks), memory budgets and process placement. Imports rnnexp.config."""

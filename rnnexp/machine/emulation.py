@@ -1,0 +1,122 @@
+"""Low-precision arithmetic emulated in float32 on the CPU, for the reference whose own error
+sets verification's tolerance (rnnexp.measure.verify):
+
+- `tf32`: float32 with TF32 matmuls, as cuDNN computes with `allow_tf32` on SM >= 8.0 (its
+  CUDNN_DEFAULT_MATH): every matmul's float32 operands rounded to TF32's 10-bit mantissa.
+  A CPU float32 reference gets ~2¹³× closer to the truth than that, so it cannot say what
+  TF32 achieves.
+- `emulated`: the job's half-precision dtype, every op's result rounded to it, computed in
+  float32 — for CPUs whose native float16 kernels are too slow (an AMD EPYC without
+  AVX512-FP16 ran float16 `mm` ~40× slower than float32).
+
+Both are dispatch modes below autograd, so the backward's ops are emulated too; oneDNN's
+fused RNN kernel is switched off under them, so nn.LSTM's matmuls are visible ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+TF32 = "tf32"
+EMULATED = "emulated"
+TF32_EPS = 2.0 ** -10  # TF32 keeps 10 of float32's 23 mantissa bits
+
+_aten = torch.ops.aten
+MATMULS = {_aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default,
+           _aten.mv.default, _aten.addmv.default, _aten.dot.default}
+
+
+def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
+    """float32 values rounded to the nearest TF32 value (ties to even), still float32."""
+    bits = t.contiguous().view(torch.int32)
+    rounded = (bits + 0x0FFF + ((bits >> 13) & 1)) & -0x2000
+    return rounded.view(torch.float32).view(t.shape)
+
+
+class _Mode(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # never under torch.compile; saves dynamo's import (~1 s)
+
+
+class TF32Matmuls(_Mode):
+    """Every float32 matmul's operands rounded to TF32 (accumulation stays float32)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in MATMULS:
+            args = tree_map(lambda a: round_to_tf32(a) if _is_f32(a) else a, args)
+        return func(*args, **(kwargs or {}))
+
+
+class RoundedTo(_Mode):
+    """Every new float32 result rounded to `dtype`: `dtype`'s storage, float32's arithmetic
+    (what GPU half-precision kernels do, accumulating in float32). Views and in-place ops
+    return their input's storage, already rounded, and are left alone: a copy would break
+    the aliasing autograd relies on."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        schema = func._schema
+        if schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
+            return out
+        return tree_map(self._round, out)
+
+    def _round(self, t: Any) -> Any:
+        return t.to(self.dtype).to(torch.float32) if _is_f32(t) else t
+
+
+def _is_f32(a: Any) -> bool:
+    return isinstance(a, torch.Tensor) and a.dtype == torch.float32
+
+
+def eps(math: str, dtype: torch.dtype) -> float:
+    """The unit of the precision a reference computes in."""
+    return TF32_EPS if math == TF32 else torch.finfo(dtype).eps
+
+
+def reference_dtype(math: str, dtype: torch.dtype) -> torch.dtype:
+    """The dtype the low-precision reference is built in."""
+    return torch.float32 if math in (TF32, EMULATED) else dtype
+
+
+def round_tensors(tensors: Any, dtype: torch.dtype) -> None:
+    """A float32 reference's weights and inputs, rounded in place to the values the model
+    holds in `dtype`."""
+    with torch.no_grad():
+        for t in tensors:
+            if _is_f32(t):
+                t.copy_(t.to(dtype))
+
+
+@contextlib.contextmanager
+def arithmetic(math: str, dtype: torch.dtype) -> Iterator[None]:
+    """Entered around the low-precision reference's runs; nothing for native arithmetic."""
+    if math not in (TF32, EMULATED):
+        yield
+        return
+    mode = TF32Matmuls() if math == TF32 else RoundedTo(dtype)
+    onednn = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False  # nn.LSTM's matmuls as visible ops
+    try:
+        with mode:
+            yield
+    finally:
+        torch.backends.mkldnn.enabled = onednn
+
+
+def describe(math: str, dtype: torch.dtype) -> str:
+    name = str(dtype).removeprefix("torch.")
+    if math == TF32:
+        return "float32 with TF32 matmuls, emulated"
+    if math == EMULATED:
+        return f"{name} emulated in float32"
+    return name

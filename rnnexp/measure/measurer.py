@@ -1,0 +1,148 @@
+"""One process's share of a job: build and prepare the model, verify it (the first process
+only: every process builds the same weights from the same seed), warm up, then time samples
+in rounds as the scheduler asks. It runs in the job's own process or in a worker process
+(rnnexp.measure.isolation); either way the scheduler (rnnexp.run.schedule) talks to it the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from rnnexp.machine.platform import Platform
+from rnnexp.measure import job, phase_memory, profiling
+from rnnexp.measure.phase_memory import PhaseMemory
+from rnnexp.measure.profiling import ProfileInfo
+from rnnexp.measure.timing import Samples, Timer, block_for, clock_for
+from rnnexp.measure.verify import Verification, verify
+from rnnexp.models.compile_cost import CompileCost
+from rnnexp.models.workload import Work
+
+
+@dataclass
+class Ready:
+    """What a measurer reports once it is warm."""
+
+    work: Work
+    no_backward_reason: str
+    verification: Optional[Verification]
+    block: int
+    iteration_ms: float  # one warm-up iteration (wall), for sizing rounds
+    threads: int
+    clock: str
+    # Seconds spent: building, scripting/compiling and the backend's untimed first runs;
+    # verification; warm-up.
+    setup_s: float = 0.0
+    verify_s: float = 0.0
+    warmup_s: float = 0.0
+    # The interpreter's platform, when a worker ran under another one than the job's
+    # (bench.python): its torch and device versions are the measurement's.
+    platform: Optional[Platform] = None
+    # This process's start-up: build, compile, untimed calls (steady_ms comes from the
+    # timed samples later).
+    start: Optional[CompileCost] = None
+
+
+@dataclass
+class Round:
+    samples: Samples
+    seconds: float  # wall time of the round's timed iterations (marks included)
+
+
+@dataclass
+class Finished:
+    backend: dict[str, Any] = field(default_factory=dict)
+    # What was compiled inside the timed samples, in a line ("" if nothing: the kernel was
+    # timed, not its compilation).
+    recompiled: str = ""
+    profile: Optional[ProfileInfo] = None  # the first process's, with bench.profile
+    memory: Optional[PhaseMemory] = None  # the first process's, with bench.memory
+
+
+class Measurer:
+    def __init__(self, planned: job.Plan, *, verify_model: bool):
+        self.p = planned
+        self.verify_model = verify_model
+        self._stack = contextlib.ExitStack()
+        self._timer: Optional[Timer] = None
+        self._workload = None
+
+    def setup(self) -> Ready:
+        cfg, p = self.p.cfg, self.p
+        if cfg.bench.num_threads:
+            torch.set_num_threads(cfg.bench.num_threads)
+        self._stack.enter_context(p.backend.context())
+        t0 = time.perf_counter()
+        built = job.build_workload(cfg, p.spec)
+        build_s = time.perf_counter() - t0
+        workload = p.backend.prepare(built)
+        t1 = time.perf_counter()
+        verification = None
+        if self.verify_model:
+            verification = (verify(workload, p.spec.dtype, backward=cfg.bench.backward)
+                            if cfg.bench.verify
+                            else Verification("skipped", detail="bench.verify=false"))
+        t2 = time.perf_counter()
+        clock = clock_for(p.device)
+        self._timer = Timer(workload, clock, cfg.bench.backward)
+        iteration_ms = self._timer.warmup(cfg.bench.warmup)
+        if cfg.bench.block_ms and not iteration_ms:  # no warm-up to size blocks from
+            iteration_ms = self._timer.warmup(1)
+        # From here on anything compiled is inside the timed samples (checked in finish).
+        p.backend.timed_start(workload)
+        t3 = time.perf_counter()
+        self._workload = workload
+        no_backward = workload.no_backward_reason or ("" if cfg.bench.backward
+                                                       else "bench.backward=false")
+        return Ready(work=workload.work, no_backward_reason=no_backward,
+                     verification=verification,
+                     block=block_for(iteration_ms, cfg.bench.block_ms), iteration_ms=iteration_ms,
+                     threads=torch.get_num_threads(), clock=clock.name,
+                     setup_s=t1 - t0, verify_s=t2 - t1, warmup_s=t3 - t2,
+                     start=start_of(p, workload, build_s))
+
+    def round(self, n: int, block: int) -> Round:
+        """`n` timed samples of `block` iterations each (the scheduler gives every process
+        the first one's block size)."""
+        assert self._timer is not None, "setup() first"
+        t0 = time.perf_counter()
+        samples = self._timer.run(n, block=block)
+        return Round(samples, time.perf_counter() - t0)
+
+    def finish(self) -> Finished:
+        """Still inside the backend's context: whether anything was compiled while timed, the
+        profile (after timing, never during; the verifying process only) and what actually
+        ran; then the context ends."""
+        p, workload = self.p, self._workload
+        try:
+            recompiled, profile, memory = "", None, None
+            if workload is not None:
+                recompiled = p.backend.timed_changes(workload)
+                if p.cfg.bench.memory and self.verify_model:
+                    memory = phase_memory.measure(workload, p.device, p.cfg.bench.backward)
+                if p.cfg.bench.profile and self.verify_model:
+                    profile = profiling.record(workload, p.device, p.cfg.bench.profile_iters,
+                                               p.output_dir or Path.cwd())
+                p.backend.finish(workload)
+            return Finished(backend=p.backend.info(), recompiled=recompiled, profile=profile,
+                            memory=memory)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._stack.close()
+        self._workload = self._timer = None
+
+
+def start_of(p: job.Plan, workload, build_s: float) -> CompileCost:
+    """What this process paid before its first result: the build, the compiler's own
+    account, and every untimed call the backend made (the first one's wall apart)."""
+    calls = list(p.backend.untimed_ms)
+    return CompileCost(compiles=p.backend.compiles(workload), build_s=build_s,
+                       compile_s=p.backend.compile_seconds(workload),
+                       first_call_ms=calls[0] if calls else None, untimed_calls_ms=calls)

@@ -1,0 +1,108 @@
+"""The signals that end rnnexp's work, and how each ends it cleanly.
+
+- SIGTERM (what `kill` and schedulers send) and SIGINT (Ctrl-C) end the run: the first one
+  raises `Interrupted` where the program is, so the current job is recorded KILLED (and a
+  sweep's parent run too) before the process exits with 128 + the signal number. While that
+  is written, a second signal ends the process at once.
+- SIGUSR1/SIGUSR2 from a scheduler end the job only. SLURM warns a job before its time limit
+  or before preempting it with a user signal (submitit asks for SIGUSR2 by default,
+  `SUBMITIT_PREEMPT_SIGNAL` may choose SIGUSR1; its local executor sends the same at the
+  time limit). Their default action ends the process without a word, and submitit's own
+  handler would requeue the whole job or fail it as a crash. Here, while a job measures,
+  the signal raises `Killed` inside it: the job is recorded `interrupted` with the reason
+  (MLflow run KILLED) and returns, so the other jobs of the sweep keep their results and
+  `resume=true` runs this one again.
+- While a finished result is recorded (`deferred`), SIGINT/SIGTERM wait until it is written:
+  a signal never turns a measured result into an interrupted one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+from rnnexp.errors import Interrupted
+from rnnexp.results import exit_codes
+
+HANDLED = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []
+# How many `deferred` blocks are open, and the signal that came meanwhile (raised as they
+# close).
+_deferring = [0]
+_deferred: list[int] = []
+
+# The scheduler's warning signals, and what they mean when they reach a job.
+SCHEDULER = {
+    signal.SIGUSR1: "SIGUSR1 from the scheduler (time limit or preemption)",
+    signal.SIGUSR2: "SIGUSR2 from the scheduler (time limit or preemption)",
+}
+
+
+def _handler(signum: int, frame) -> None:
+    if _received:  # a second signal while the first is being handled: stop now
+        os._exit(exit_codes.for_signal(signum))
+    _received.append(signum)
+    if _deferring[0]:
+        _deferred.append(signum)
+        return
+    raise Interrupted(signum)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """SIGINT/SIGTERM wait for the block to finish, then raise `Interrupted` (a second signal
+    still ends the process at once)."""
+    _deferring[0] += 1
+    try:
+        yield
+    finally:
+        _deferring[0] -= 1
+    if not _deferring[0] and _deferred:
+        raise Interrupted(_deferred.pop())
+
+
+def install() -> None:
+    """From now on SIGINT and SIGTERM raise `Interrupted` (in the main thread, the only one
+    that may set handlers: a job in a thread is stopped by its launching process)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in HANDLED:
+            signal.signal(signum, _handler)
+
+
+def signum_of(err: BaseException) -> int:
+    """The signal that ended the run: an Interrupted's, or SIGINT for a KeyboardInterrupt."""
+    return err.signum if isinstance(err, Interrupted) else signal.SIGINT
+
+
+class Killed(KeyboardInterrupt):
+    """Raised in the job when the scheduler signals it. A KeyboardInterrupt, so no
+    `except Exception` on the way (a backend's compile fallback, say) can swallow it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"killed: {SCHEDULER.get(signum, signal.Signals(signum).name)}")
+
+
+def _raise_killed(signum: int, frame) -> None:
+    settle()  # once is enough: recording the result must not be cut by a second signal
+    raise Killed(signum)
+
+
+def _set_scheduler(handler) -> None:
+    if threading.current_thread() is threading.main_thread():  # only it may set handlers
+        for signum in SCHEDULER:
+            signal.signal(signum, handler)
+
+
+def stop_job_on_scheduler() -> None:
+    """From now on the scheduler's signals stop the job with `Killed`."""
+    _set_scheduler(_raise_killed)
+
+
+def settle() -> None:
+    """The measurement is over: a late scheduler signal no longer cuts the recording of its
+    result (the scheduler's hard kill still ends the process when it comes)."""
+    _set_scheduler(signal.SIG_IGN)
