@@ -1,7 +1,3 @@
-from rnnexp.app.cli import main
-from rnnexp.app.quick_exit import exit_now
+from rnnexp.app.commands import main
 
-try:
-    main()
-except SystemExit as done:
-    exit_now(done.code)
+main()

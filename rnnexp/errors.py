@@ -1,5 +1,6 @@
 """Errors that reach the user as one line, never as a traceback."""
 
+import argparse
 import os
 
 # Set beside HYDRA_FULL_ERROR=1 when rnnexp set that itself, for Hydra to raise its errors
@@ -14,6 +15,14 @@ def full_error() -> bool:
 
 class RnnexpError(Exception):
     """A problem the user can fix: printed as one line, exit status 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A command's argument errors in one line (argparse prints the whole usage, then the
+    error, and exits 2 itself)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise RnnexpError(f"{message} — see {self.prog} --help")
 
 
 class ConfigError(RnnexpError):

@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from rnnexp.analysis import compare, significance
 from rnnexp.analysis.significance import Level
+from rnnexp.app.commands import run_command
 from rnnexp.machine.environment import BUSY, Environment
 from rnnexp.measure.timing import Samples
 from rnnexp.results.result import OK, Interleaving, Result, phase_stats
@@ -222,7 +223,7 @@ def with_rounds(src: Path, dst: Path, seed: int, slower: dict[str, float],
 
 
 def run_compare(capsys, *args: str) -> tuple[int, str, str]:
-    rc = compare.main(list(args))
+    rc = run_command("compare", list(args))
     out = capsys.readouterr()
     return rc, out.out, out.err
 

@@ -43,7 +43,7 @@ def test_matrix_narrows_and_rejects_unknown_names():
     proc = subprocess.run([sys.executable, "-m", "rnnexp", "matrix", "--models", "jit",
                            "--backends", "aten,nope"], check=False, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "--backends: no such option nope" in proc.stderr
 
 

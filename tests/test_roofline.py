@@ -16,7 +16,8 @@ import torch
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from rnnexp.analysis import compare, roofline_chart, sweeps
+from rnnexp.analysis import roofline_chart, sweeps
+from rnnexp.app.commands import run_command
 from rnnexp.app.config_check import check
 from rnnexp.errors import RnnexpError
 from rnnexp.measure.timing import Samples
@@ -344,7 +345,7 @@ def test_sweep_runs_carry_the_roofline_in_mlflow(roofline_sweep):
 @pytest.mark.slow
 def test_compare_draws_the_roofline_of_a_sweep(roofline_sweep, tmp_path, capsys):
     tmp, uri = roofline_sweep
-    rc = compare.main(["--roofline", "--tracking-uri", uri, "--output",
+    rc = run_command("compare", ["--roofline", "--tracking-uri", uri, "--output",
                        str(tmp_path / "chart.png")])
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -390,7 +391,7 @@ def test_compare_roofline_without_roofline_metrics_is_one_line(roofline_sweep, t
 
     parent = runs.open_parent(client, exp_id, Sweep(dir=str(tmp_path), name="old"), "")
     runs.log_result(client, exp_id, old, job, parent_run_id=parent)
-    rc = compare.main(["--roofline", "--tracking-uri", uri, "--output",
+    rc = run_command("compare", ["--roofline", "--tracking-uri", uri, "--output",
                        str(tmp_path / "chart.png")])
     err = capsys.readouterr().err
     assert rc == 2

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rnnexp.analysis import compare
-from rnnexp.app import sync
+from rnnexp.app.commands import run_command
 from rnnexp.app.config_check import check
 from rnnexp.config.schema import PROJECT_TRACKING_URI
 from rnnexp.errors import ConfigError
@@ -35,9 +34,9 @@ def rnnexp(*args: str, module: str = "rnnexp", timeout: float = 300, cwd: Path =
                           text=True, timeout=timeout, env=env)
 
 
-def call(main, *args: str, capsys) -> tuple[int, str, str]:
-    """`python -m rnnexp compare|sync ARGS` in this process (same code, no interpreter start)."""
-    rc = main(list(args))
+def call(command: str, *args: str, capsys) -> tuple[int, str, str]:
+    """`rnnexp compare|sync ARGS` in this process (same code, no interpreter start)."""
+    rc = run_command(command, args)
     out = capsys.readouterr()
     return rc, out.out, out.err
 
@@ -167,17 +166,17 @@ def test_compare_speedups_table_and_chart(recorded_sweep, tmp_path, capsys):
     client, parents, _ = runs_of(uri)
     assert "compare/chart.png" in artifacts(client, parents[0].info.run_id)
 
-    rc, _, err = call(compare.main, "--baseline", "model=gru", "--tracking-uri", uri,
+    rc, _, err = call("compare", "--baseline", "model=gru", "--tracking-uri", uri,
                       capsys=capsys)
     assert rc == 2
     assert err.strip() == "error: --baseline model=gru: matches no timed run of this " \
                           "sweep — model was lstm, py"
-    rc, _, err = call(compare.main, "--baseline", "color=red", "--tracking-uri", uri,
+    rc, _, err = call("compare", "--baseline", "color=red", "--tracking-uri", uri,
                       capsys=capsys)
     assert rc == 2 and "not a config field of this sweep" in err
-    rc, _, err = call(compare.main, "no-such-sweep", "--tracking-uri", uri, capsys=capsys)
+    rc, _, err = call("compare", "no-such-sweep", "--tracking-uri", uri, capsys=capsys)
     assert rc == 2 and "sweep 'no-such-sweep': no parent run" in err
-    rc, _, err = call(compare.main, "--tracking-uri", sqlite(tmp_path / "none.db"),
+    rc, _, err = call("compare", "--tracking-uri", sqlite(tmp_path / "none.db"),
                       capsys=capsys)
     assert rc == 2 and err.strip() == f"error: no MLflow store at {tmp_path / 'none.db'} — " \
                                       "check --tracking-uri"
@@ -186,7 +185,7 @@ def test_compare_speedups_table_and_chart(recorded_sweep, tmp_path, capsys):
 def test_compare_without_sweep_is_one_line(tmp_path, capsys):
     uri = sqlite(tmp_path / "mlflow.db")
     store.connect(uri, "rnnexp")  # a store and experiment, but no sweep
-    rc, _, err = call(compare.main, "--tracking-uri", uri, capsys=capsys)
+    rc, _, err = call("compare", "--tracking-uri", uri, capsys=capsys)
     assert rc == 2
     assert err.strip().startswith("error: no sweep recorded in this experiment")
 
@@ -217,7 +216,7 @@ def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp
     up = rnnexp(str(tmp_path / "run"), "--tracking-uri", uri, command="sync")
     assert up.returncode == 0, up.stderr
     assert "1 uploaded, 0 already recorded" in up.stdout
-    rc, out, _ = call(sync.main, str(tmp_path / "run"), "--tracking-uri", uri, capsys=capsys)
+    rc, out, _ = call("sync", str(tmp_path / "run"), "--tracking-uri", uri, capsys=capsys)
     assert rc == 0 and "0 uploaded, 1 already recorded" in out
     _, parents, children = runs_of(uri)
     assert not parents and len(children) == 1 and children[0].info.status == "FINISHED"
@@ -231,7 +230,7 @@ def test_offline_sweep_syncs_as_parent_and_children(run_cli, tmp_path, capsys):
     assert len([ln for ln in proc.stderr.splitlines() if "not reachable" in ln]) == 1
     uri = sqlite(tmp_path / "later.db")
     for expected in ("2 uploaded, 0 already recorded", "0 uploaded, 2 already recorded"):
-        rc, out, err = call(sync.main, str(tmp_path / "sweep"), "--tracking-uri", uri,
+        rc, out, err = call("sync", str(tmp_path / "sweep"), "--tracking-uri", uri,
                             capsys=capsys)
         assert rc == 0, err
         assert expected in out
@@ -242,7 +241,7 @@ def test_offline_sweep_syncs_as_parent_and_children(run_cli, tmp_path, capsys):
 
 
 def test_sync_bad_folder_is_one_line(tmp_path, capsys):
-    rc, _, err = call(sync.main, str(tmp_path / "nope"), capsys=capsys)
+    rc, _, err = call("sync", str(tmp_path / "nope"), capsys=capsys)
     assert rc == 2
     assert err.strip().splitlines() == [
         f"error: {tmp_path / 'nope'}: no such folder — give a run or sweep folder under outputs/"]

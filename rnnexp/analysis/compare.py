@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +42,7 @@ from rnnexp.analysis.significance import Difference
 from rnnexp.analysis.sweeps import PHASES, Run, Sweep
 from rnnexp.config.credentials import redact
 from rnnexp.config.schema import default_store_uri
-from rnnexp.errors import RnnexpError, crash_line, full_error
+from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.results import exit_codes, summary
 from rnnexp.results.report import console, print_error, print_warning
 from rnnexp.results.result import OK, format_ms, label
@@ -53,15 +52,8 @@ EXIT_USER_ERROR = exit_codes.USER_ERROR
 EXIT_REGRESSION = exit_codes.REGRESSION
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """Argument errors in one line (argparse prints the whole usage, then the error)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise RnnexpError(f"{message} — see python -m rnnexp compare --help")
-
-
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = OneLineParser(prog="python -m rnnexp compare",
+    parser = OneLineParser(prog="rnnexp compare",
                            description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("sweep", nargs="?", default=None,
                         help="results folder, or MLflow parent run id or name of the sweep "
@@ -465,25 +457,15 @@ def draw_roofline(sweep: Sweep, runs: list[Run], keys: list[str], chart: Path, c
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    try:
-        args = parse_args(argv)
-    except RnnexpError as err:
-        print_error(str(err))
-        return EXIT_USER_ERROR
+    """`rnnexp compare ARGS`; errors reach rnnexp.app.commands' boundary."""
+    args = parse_args(argv)
     try:
         return compare(args)
-    except RnnexpError as err:
-        print_error(str(err))
-        return EXIT_USER_ERROR
     except Exception as err:
-        if not from_the_store(err):
-            if full_error():
-                raise
-            print_error(f"compare failed: {redact(crash_line(err))}")
-            return EXIT_USER_ERROR
-        print_error(f"MLflow store {redact(str(args.tracking_uri))}: "
-                    f"{redact(store.short_reason(err))}")
-        return EXIT_USER_ERROR
+        if not from_the_store(err) or isinstance(err, RnnexpError):
+            raise
+        raise RnnexpError(f"MLflow store {redact(str(args.tracking_uri))}: "
+                          f"{redact(store.short_reason(err))}") from None
 
 
 def from_the_store(err: BaseException) -> bool:
@@ -492,5 +474,3 @@ def from_the_store(err: BaseException) -> bool:
         "mlflow", "requests", "urllib3", "sqlalchemy", "sqlite3")
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,8 @@
 - `SweepRecord`, owned by rnnexp's sweeper (hydra_plugins/rnnexp_sweeper) for one sweep:
   once every job is checked it tells the configured sinks that the sweep starts (MLflow's
   parent run) and decides what the jobs share — how the machine is divided between parallel
-  jobs (rnnexp.machine.placement) and, with `resume=true`, which jobs already ran (rnnexp.results.resume);
+  jobs (rnnexp.machine.placement) and, with `resume=true`, which jobs already ran
+  (rnnexp.results.resume);
   at the end the sinks get the summary, or the reason the sweep stopped. Jobs (in this
   process, in joblib workers, on cluster nodes with submitit) read the `Sweep` — with what
   each sink keeps for them — from the sweep folder, which works for every launcher that

@@ -8,7 +8,6 @@ the job runs, not here.
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from rich.table import Table
 
 from rnnexp.app.config_check import CONF_DIR, CONFIG_NAME, group_options
 from rnnexp.config import kernel_plugins, schema
-from rnnexp.errors import RnnexpError
+from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.machine.platform import Platform
 from rnnexp.machine.platform import current as current_platform
 from rnnexp.measure import job
@@ -115,13 +114,13 @@ def _names(text: str | None, group: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in options]
     if unknown:
-        raise SystemExit(f"error: --{group}s: no such option {', '.join(unknown)} — choose "
-                         f"from: {', '.join(options)}")
+        raise RnnexpError(f"--{group}s: no such option {', '.join(unknown)} — choose from: "
+                          f"{', '.join(options)}")
     return names
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rnnexp matrix", description=__doc__)
+    parser = OneLineParser(prog="rnnexp matrix", description=__doc__)
     parser.add_argument("--device", default="auto", choices=group_options("device"),
                         help="device option to check under (default: auto)")
     parser.add_argument("--models", help="comma-separated model options (default: all)")
@@ -137,6 +136,3 @@ def main(argv: Sequence[str] | None = None) -> None:
            f"device={args.device} · torch {plat.torch_version} · {plat.build} · "
            f"{plat.gpu_count} GPU(s)")
 
-
-if __name__ == "__main__":
-    main()

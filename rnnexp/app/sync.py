@@ -10,20 +10,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 from rnnexp.config.schema import PROJECT_TRACKING_URI
-from rnnexp.errors import RnnexpError
-from rnnexp.results.report import console, print_error
+from rnnexp.errors import OneLineParser, RnnexpError
+from rnnexp.results.report import console
 from rnnexp.results.result import RESULTS_FILE, BrokenResults, Result
 from rnnexp.results.sinks import Sweep, load_jobs
 from rnnexp.results.sinks.mlflow import Mlflow, store
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m rnnexp sync", description=__doc__.split(
+    parser = OneLineParser(prog="rnnexp sync", description=__doc__.split(
         "\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="run or sweep folders")
     parser.add_argument("--tracking-uri", default=None,
@@ -79,16 +78,10 @@ def sync_folder(folder: Path, uri: Optional[str], experiment: Optional[str]) -> 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     uploaded = skipped = 0
-    try:
-        for folder in args.folders:
-            up, skip = sync_folder(folder, args.tracking_uri, args.experiment)
-            uploaded, skipped = uploaded + up, skipped + skip
-    except RnnexpError as err:
-        print_error(str(err))
-        return 2
+    for folder in args.folders:
+        up, skip = sync_folder(folder, args.tracking_uri, args.experiment)
+        uploaded, skipped = uploaded + up, skipped + skip
     console.print(f"{uploaded} uploaded, {skipped} already recorded", highlight=False)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,5 @@
-"""Execution backends: how a model runs (vendor RNN library, TorchScript, torch.compile)."""
+"""Execution backends: how a model runs (vendor RNN library, TorchScript, torch.compile).
+Imports rnnexp.config, rnnexp.machine and rnnexp.models; knows nothing of tracking."""
 
 from rnnexp.backends.base import Backend
 

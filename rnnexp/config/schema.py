@@ -81,7 +81,8 @@ class ShapeConfig:
 
 
 class QuietMode(Enum):
-    # What to do when other processes keep the machine busy before timing (rnnexp.machine.environment).
+    # What to do when other processes keep the machine busy before timing
+    # (rnnexp.machine.environment).
     warn = "warn"  # time anyway; the result is flagged and a warning printed
     wait = "wait"  # wait for a quiet machine up to quiet_timeout_s, then decline
     refuse = "refuse"  # decline at once
@@ -347,14 +348,16 @@ class Config:
     shape: ShapeConfig = MISSING
     device: DeviceConfig = MISSING
     bench: BenchConfig = MISSING
-    # The result sinks, {name: {_target_: ..., options}} (conf/sinks/); built by rnnexp.results.sinks.
+    # The result sinks, {name: {_target_: ..., options}} (conf/sinks/); built by
+    # rnnexp.results.sinks.
     sinks: Dict[str, Any] = field(default_factory=dict)
     dtype: DType = DType.float32
     seed: int = 0
     # Re-running a sweep in its folder (hydra.sweep.dir=...): skip the jobs already measured
     # there (status ok, same config, code version and torch version); run the rest.
     resume: bool = False
-    # The DeepBench problem a `deepbench` option chose (rnnexp/config/deepbench.py); empty otherwise.
+    # The DeepBench problem a `deepbench` option chose (rnnexp/config/deepbench.py); empty
+    # otherwise.
     deepbench: DeepBenchConfig = field(default_factory=DeepBenchConfig)
 
     def __post_init__(self) -> None:

@@ -26,7 +26,6 @@ measure again. `python -m rnnexp roofline` prints the peaks of this machine.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -41,6 +40,7 @@ import torch
 from filelock import FileLock
 from torch.utils.benchmark import Timer
 
+from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.results.result import Result, Roofline
 
 CACHE_ENV = "RNNEXP_CACHE_DIR"
@@ -275,7 +275,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from rnnexp.machine.device import device_name
     from rnnexp.machine.platform import current
 
-    parser = argparse.ArgumentParser(prog="python -m rnnexp roofline",
+    parser = OneLineParser(prog="rnnexp roofline",
                                      description="GEMM and copy peaks of a device (cached).")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="cpu, cuda or cuda:N (default: the GPU if there is one)")
@@ -287,14 +287,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--remeasure", action="store_true", help="ignore the cached numbers")
     args = parser.parse_args(argv)
     if args.threads < 1:
-        parser.exit(2, f"error: --threads: must be ≥ 1, got {args.threads}\n")
+        raise RnnexpError(f"--threads: must be ≥ 1, got {args.threads}")
     try:
         device = torch.device(args.device)
         if device.type not in ("cpu", "cuda"):
             raise RuntimeError(device.type)
         name = device_name(device, current())
     except (RuntimeError, IndexError):
-        parser.exit(2, f"error: --device {args.device}: no such device here — use cpu\n")
+        raise RnnexpError(f"--device {args.device}: no such device here — use cpu") from None
     found = peaks(device, name, args.dtype, args.threads, remeasure=args.remeasure)
     key = Key.of(device, name, args.dtype, args.threads)
     load = "?" if found.load_1min is None else f"{found.load_1min:.1f}"
@@ -305,5 +305,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
