@@ -18,7 +18,7 @@ import pytest
 
 from rnnexp.results import exit_codes
 from tests.conftest import ROOT, TINY, kill_tree, load_results
-from tests.test_tracking import runs_of
+from tests.results.test_tracking import runs_of
 
 
 def env_for(tmp: Path, **extra: str) -> dict:

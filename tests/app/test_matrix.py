@@ -6,9 +6,9 @@ import sys
 
 from rnnexp.app import matrix
 from rnnexp.app.config_check import group_options
+from tests.backends.test_backends import CUDA_GPU, ROCM_GPU
+from tests.backends.test_gpu_paths import AMPERE, CUDNN_BROKEN, VOLTA
 from tests.conftest import ROOT
-from tests.test_backends import CUDA_GPU, ROCM_GPU
-from tests.test_gpu_paths import AMPERE, CUDNN_BROKEN, VOLTA
 
 
 def test_matrix_on_a_simulated_cuda_machine():

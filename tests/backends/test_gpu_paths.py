@@ -26,8 +26,8 @@ from rnnexp.measure.verify import verify
 from rnnexp.models import native
 from rnnexp.models.workload import WorkloadSpec
 from rnnexp.run import execution
+from tests.backends.test_backends import CUDA_GPU, ROCM_GPU, plan, refusal
 from tests.conftest import TINY, compose_cfg, gpu
-from tests.test_backends import CUDA_GPU, ROCM_GPU, plan, refusal
 
 AMPERE = replace(CUDA_GPU, gpu_names=("NVIDIA A100",), gpu_capabilities=((8, 0),),
                  cudnn_version=91300)

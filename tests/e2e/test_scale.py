@@ -18,7 +18,7 @@ from rnnexp.config.schema import DeviceKind
 from rnnexp.machine import placement
 from rnnexp.machine.placement import Launch, Placement, launch_of, oversubscription, place
 from tests.conftest import ROOT, TINY, kill_tree, load_results
-from tests.test_tracking import runs_of
+from tests.results.test_tracking import runs_of
 
 BASIC = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 

@@ -118,7 +118,7 @@ def environment_like_this_one(folder: Path) -> Path:
     venv.create(folder, with_pip=False)
     site = next(folder.glob("lib/python*/site-packages"))
     ours = [p for p in sys.path if p.endswith("site-packages")]
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     (site / "others.pth").write_text("\n".join([*ours, str(root)]) + "\n")
     return folder / "bin" / "python"
 

@@ -7,7 +7,7 @@ import json
 
 from rnnexp.results.result import Result
 from tests.conftest import TINY, load_results
-from tests.test_tracking import artifacts, runs_of
+from tests.results.test_tracking import artifacts, runs_of
 
 
 def test_a_profiled_job_has_its_trace_file_artifact_and_top_operators(run_cli, tmp_path):
