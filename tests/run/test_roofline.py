@@ -189,9 +189,15 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     assert roofline.cache_dir() == Path.home() / ".cache" / "rnnexp"
 
 
-def test_the_test_session_never_uses_the_users_cache(roofline_cache):
-    assert roofline.cache_dir() == roofline_cache
-    assert Path.home() / ".cache" not in roofline_cache.parents
+def test_the_cache_follows_its_variable_then_xdg_then_home(monkeypatch, tmp_path):
+    monkeypatch.setenv(roofline.CACHE_ENV, str(tmp_path / "own"))
+    assert roofline.cache_dir() == tmp_path / "own"
+    monkeypatch.delenv(roofline.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert roofline.cache_dir() == tmp_path / "xdg" / "rnnexp"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert roofline.cache_dir() == tmp_path / "home" / ".cache" / "rnnexp"
 
 
 # --- a result against the peaks ------------------------------------------------------------
