@@ -55,7 +55,7 @@ server:  ## MLflow tracking server (SERVER_HOST:SERVER_PORT) for sweeps on sever
 		--artifacts-destination $(SERVER_ARTIFACTS) --host $(SERVER_HOST) --port $(SERVER_PORT)
 
 lint:  ## ruff
-	$(BIN)/ruff check rnnexp hydra_plugins tests examples
+	$(BIN)/ruff check rnnexp hydra_plugins tests benchmarks examples
 
 docs:  ## build the documentation site into site/ (MkDocs, strict: warnings fail)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
