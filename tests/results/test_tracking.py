@@ -26,12 +26,13 @@ from tests.conftest import ROOT, TINY, free_port, load_results
 SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no CUDA here)
 
 
-def rnnexp(*args: str, module: str = "rnnexp", timeout: float = 300, cwd: Path = ROOT
+def rnnexp(*args: str, command: str = "", timeout: float = 300, cwd: Path = ROOT
            ) -> subprocess.CompletedProcess:
+    """`python -m rnnexp [COMMAND] ARGS` as a user runs it."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     env.pop("MLFLOW_TRACKING_URI", None)  # every call here names its store
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return subprocess.run([sys.executable, "-m", "rnnexp", *filter(None, [command]), *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def call(command: str, *args: str, capsys) -> tuple[int, str, str]:
