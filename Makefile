@@ -29,7 +29,7 @@ test:  ## run the test suite (CPU; GPU tests skip without a GPU)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-gpu:  ## on a GPU: the GPU-marked tests, one per point of docs/gpu.md
-	$(BIN)/python -m pytest -m gpu -v -rs tests/test_gpu_paths.py tests/test_backends.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m gpu -v -rs tests/backends/test_gpu_paths.py tests/backends/test_backends.py $(PYTEST_ARGS)
 	$(BIN)/python -m rnnexp matrix --device cuda
 
 run:  ## one default measurement

@@ -124,6 +124,6 @@ def _hydra_privates(folder: Path) -> dict[str, set[str]]:
 
 def test_hydra_is_used_through_its_public_api_but_in_one_module():
     """Hydra's privates can change in any release: the few without a public equivalent
-    live in rnnexp/config/hydra_private.py (tests/test_hydra_private.py pins them)."""
+    live in rnnexp/config/hydra_private.py (tests/config/test_hydra_private.py pins them)."""
     found = {**_hydra_privates(PACKAGE), **_hydra_privates(ROOT / "hydra_plugins")}
     assert set(found) == {"rnnexp/config/hydra_private.py"}, found

@@ -1,6 +1,6 @@
 """Kernel plugins for the tests, declared through a real entry point: the tests install
 this module with a dist-info (entry_points.txt) on sys.path or PYTHONPATH
-(tests/test_kernel_plugins.py).
+(tests/models/test_kernel_plugins.py).
 
 `lstm` is a plain-torch LSTM in nn.LSTM's layout; `wrong` swaps its forget and cell gates;
 `gru` is nn.GRU's recurrence; `relaid` keeps its weights in another layout (transposed,

@@ -1,7 +1,7 @@
 """The program's end without the interpreter's teardown — the one use of CPython's privates
 (`threading._shutdown`, `atexit._run_exitfuncs`): no public call stops the idle thread pools
 of concurrent.futures (inductor keeps one) or runs the exit handlers, short of the teardown
-itself. tests/test_cli.py checks what it must keep doing: the pools stopped, running threads
+itself. tests/e2e/test_cli.py checks what it must keep doing: the pools stopped, running threads
 finished, exit handlers run, the exit code."""
 
 from __future__ import annotations

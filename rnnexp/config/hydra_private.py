@@ -2,7 +2,7 @@
 
 Every other module uses Hydra's public API only (plugins, callbacks, the compose API, the
 override parser). What is here has no public equivalent in hydra-core 1.3; the versions it
-was written for are `SUPPORTED`, and tests/test_hydra_private.py fails on any other release
+was written for are `SUPPORTED`, and tests/config/test_hydra_private.py fails on any other release
 so that an upgrade is a deliberate review of these few lines, never a silent break:
 
 - `args_parser`: the command line as `hydra.main` reads it (-m, --config-dir, --help, ...);

@@ -84,7 +84,7 @@ def test_deepbench_scales_down_for_a_cpu():
 
 
 # One real sweep per preset, filtered to jobs that are quick on a CPU (inductor's compiles
-# are left out; tests/test_backends.py covers them).
+# are left out; tests/backends/test_backends.py covers them).
 RUNS = {
     "fastrnns": ["model=lstm,py"],
     "fastrnns_varlen": [],
