@@ -376,7 +376,7 @@ def test_a_sweep_leaves_a_saved_view_of_its_key_columns_and_prints_its_link(reco
 def record_again(uri: str, folder: Path) -> None:
     """One more job recorded by a new process's sink (nothing of the last one remembered)."""
     mlflow_sink._VIEW_SAVED.clear()
-    store._CONNECTED.clear()
+    store.CONNECTIONS.clear()
     Mlflow(uri).on_job(Result.load(folder / RESULTS_FILE), folder, None)
 
 

@@ -87,6 +87,10 @@ class Connections:
             self._made[key] = _open(uri, experiment, create)
         return self._made[key]
 
+    def clear(self) -> None:
+        """Forget every connection, as a new process starts without them."""
+        self._made.clear()
+
 
 CONNECTIONS = Connections()  # this process's
 
