@@ -12,7 +12,7 @@ ended interrupted or failed with the reason when the launch stops.
 # in sys.modules, and dataclasses then cannot resolve string annotations.
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
@@ -41,6 +41,7 @@ class RnnexpSweeper(Sweeper):
         self.hydra_context: Optional[HydraContext] = None
         self.launcher: Optional[Launcher] = None
         self.checked: List[Any] = []  # the typed configs of the batch last validated
+        self.hidden: List[List[str]] = []  # per job: overrides hiding its credentials
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -62,13 +63,32 @@ class RnnexpSweeper(Sweeper):
         """Each job composed as the launcher will compose it, and checked (rnnexp's config
         check); the typed configs are kept for the launch."""
         from rnnexp.app import config_check
-        from rnnexp.config import compositions
+        from rnnexp.config import compositions, credentials
 
         assert self.hydra_context is not None and self.config is not None
         loader, master = self.hydra_context.config_loader, self.config
-        self.checked = config_check.check_composed(
-            (compositions.load_sweep_config(loader, master, job) for job in batch),
-            multirun=True)
+        self.hidden = []
+
+        def composed() -> Iterator[DictConfig]:
+            for job in batch:
+                cfg = compositions.load_sweep_config(loader, master, job)
+                # What this job's config files hold that the sweep's base did not: a
+                # credential (rnnexp.config.credentials), to be hidden in this job too.
+                app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+                self.hidden.append(credentials.hidden_overrides(
+                    OmegaConf.to_container(app, resolve=True)))
+                yield cfg
+
+        self.checked = config_check.check_composed(composed(), multirun=True)
+
+    def without_credentials(self, batch: List[List[str]]) -> List[List[str]]:
+        """Each job with the credentials its own config files hold replaced by their hidden
+        form, and checked again: nothing Hydra or the sinks record of it holds them."""
+        if not any(self.hidden):
+            return batch
+        batch = [[*job, *hidden] for job, hidden in zip(batch, self.hidden, strict=True)]
+        self.validate_batch_is_legal(batch)
+        return batch
 
     def sweep(self, arguments: List[str]) -> Any:
         from hydra_plugins.rnnexp_launcher.rnnexp_launcher import RnnexpLauncher
@@ -78,6 +98,7 @@ class RnnexpSweeper(Sweeper):
         assert self.config is not None and self.launcher is not None
         batch = self.jobs(arguments)
         self.validate_batch_is_legal(batch)
+        batch = self.without_credentials(batch)
         prestart_workers(self.checked)
         if not self.config.get("resume"):  # a resumed sweep goes on in the folder it names
             run_dir.claim_sweep(self.config)  # two sweeps started together: two folders

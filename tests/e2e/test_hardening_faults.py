@@ -276,6 +276,26 @@ def test_password_in_a_config_file_uri_is_written_nowhere(tmp_path, mlflow_serve
     assert leaked == []
 
 
+def test_a_credential_in_any_jobs_config_file_is_written_nowhere(tmp_path):
+    """A sweep whose second job picks a YAML holding a token: hidden in that job too, not
+    only in what the first job's (the sweep's base) composition holds."""
+    extra = tmp_path / "configs" / "experiment"
+    extra.mkdir(parents=True)
+    (extra / "plain.yaml").write_text("# @package _global_\nseed: 1\n")
+    (extra / "down.yaml").write_text(
+        "# @package _global_\nsinks:\n  mlflow:\n    uri: http://127.0.0.1:9/?token=T0KEN\n")
+    code, out, err = run("-m", *TINY, f"hydra.searchpath=[file://{tmp_path}/configs]",
+                         "+experiment=plain,down", f"hydra.sweep.dir={tmp_path}/sweep",
+                         tmp=tmp_path)
+    assert code == 0, err
+    assert "not reachable" in err and "T0KEN" not in out + err
+    down = load_results(tmp_path / "sweep" / "1")
+    assert down["config"]["sinks"]["mlflow"]["uri"] == "http://127.0.0.1:9/?token=***"
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and "configs" not in p.parts]
+    assert len(files) > 10
+    assert [str(p) for p in files if b"T0KEN" in p.read_bytes()] == []
+
+
 def test_memory_estimate_decides_by_what_is_free():
     cfg = validate(compose_cfg(["shape=default", "device=cuda"]))
     est = memory.estimate(cfg)
