@@ -189,17 +189,6 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     assert roofline.cache_dir() == Path.home() / ".cache" / "rnnexp"
 
 
-def test_the_cache_follows_its_variable_then_xdg_then_home(monkeypatch, tmp_path):
-    monkeypatch.setenv(roofline.CACHE_ENV, str(tmp_path / "own"))
-    assert roofline.cache_dir() == tmp_path / "own"
-    monkeypatch.delenv(roofline.CACHE_ENV)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert roofline.cache_dir() == tmp_path / "xdg" / "rnnexp"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert roofline.cache_dir() == tmp_path / "home" / ".cache" / "rnnexp"
-
-
 # --- a result against the peaks ------------------------------------------------------------
 
 def test_placement_is_the_rates_over_the_peaks():
