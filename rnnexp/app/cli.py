@@ -21,7 +21,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
-from rnnexp.app import config_check, launch, recording
+from rnnexp.app import (  # cli_help: the resolver `rnnexp --help` lists the groups with
+    cli_help,  # noqa: F401
+    config_check,
+    launch,
+    recording,
+)
 from rnnexp.config import credentials, hydra_private, kernel_plugins, schema
 from rnnexp.errors import (
     ONE_LINE_ERRORS,
