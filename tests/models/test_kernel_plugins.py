@@ -20,7 +20,7 @@ from rnnexp.results.exit_codes import JOB_FAILED, USER_ERROR
 from rnnexp.results.result import INVALID
 from tests.conftest import TINY, compose_cfg, load_results
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/, where toy_kernels.py lives
 ENTRY_POINTS = """[rnnexp.kernels]
 toy_lstm = toy_kernels:LSTM
 toy_wrong = toy_kernels:WRONG
