@@ -13,20 +13,14 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-
-class Command(NamedTuple):
-    module: str
-    summary: str
-
-
+# command → the module whose `main(argv)` it runs
 COMMANDS = {
-    "compare": Command("rnnexp.analysis.compare",
-                       "medians, speedups and their significance within or between sweeps"),
-    "matrix": Command("rnnexp.app.matrix", "which model × backend combinations run here"),
-    "sync": Command("rnnexp.app.sync", "upload saved results folders to MLflow"),
-    "roofline": Command("rnnexp.run.roofline", "this device's GEMM and copy peaks (cached)"),
+    "compare": "rnnexp.analysis.compare",
+    "matrix": "rnnexp.app.matrix",
+    "sync": "rnnexp.app.sync",
+    "roofline": "rnnexp.run.roofline",
 }
 
 
@@ -56,7 +50,7 @@ def guarded(main: Callable[[Sequence[str]], Optional[int]], argv: Sequence[str],
 
 
 def run_command(name: str, argv: Sequence[str]) -> int:
-    main = importlib.import_module(COMMANDS[name].module).main
+    main = importlib.import_module(COMMANDS[name]).main
     return guarded(main, list(argv), name)
 
 
