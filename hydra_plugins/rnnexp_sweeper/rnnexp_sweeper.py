@@ -42,6 +42,7 @@ class RnnexpSweeper(Sweeper):
         self.launcher: Optional[Launcher] = None
         self.checked: List[Any] = []  # the typed configs of the batch last validated
         self.hidden: List[List[str]] = []  # per job: overrides hiding its credentials
+        self.choices: List[Dict[str, str]] = []  # per job: its config-group choices
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -67,7 +68,7 @@ class RnnexpSweeper(Sweeper):
 
         assert self.hydra_context is not None and self.config is not None
         loader, master = self.hydra_context.config_loader, self.config
-        self.hidden = []
+        self.hidden, self.choices = [], []
 
         def composed() -> Iterator[DictConfig]:
             for job in batch:
@@ -75,6 +76,7 @@ class RnnexpSweeper(Sweeper):
                 # What this job's config files hold that the sweep's base did not: a
                 # credential (rnnexp.config.credentials), to be hidden in this job too.
                 app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+                self.choices.append(config_check.app_choices(cfg.hydra.runtime.choices))
                 self.hidden.append(credentials.hidden_overrides(
                     OmegaConf.to_container(app, resolve=True)))
                 yield cfg
@@ -105,7 +107,7 @@ class RnnexpSweeper(Sweeper):
         folder = Path(str(self.config.hydra.sweep.dir))
         folder.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, folder / "multirun.yaml")
-        record = SweepRecord.start(self.config, batch, self.checked)
+        record = SweepRecord.start(self.config, batch, self.checked, self.choices)
         with record.ended_if_stopped():
             if isinstance(self.launcher, RnnexpLauncher):
                 returns = self.launcher.launch_checked(batch, 0, self.checked)

@@ -99,10 +99,11 @@ class SweepRecord:
     sweep: sinks_mod.Sweep
     jobs: Sequence[Sequence[str]]  # each job's overrides, in job order
     configs: Sequence[Config]  # each job's checked config
+    choices: Sequence[dict[str, str]]  # each job's config-group choices, as composed
 
     @classmethod
     def start(cls, config: DictConfig, jobs: Sequence[Sequence[str]],
-              configs: Sequence[Config]) -> SweepRecord:
+              configs: Sequence[Config], choices: Sequence[dict[str, str]]) -> SweepRecord:
         folder = Path(str(config.hydra.sweep.dir))
         # A resumed sweep keeps its identity (and its MLflow parent run).
         sweep = (sinks_mod.Sweep.load(folder) if config.get("resume") else None) or \
@@ -112,7 +113,7 @@ class SweepRecord:
         for sink in targets:
             sink.on_sweep_start(sweep)
         sweep.save()
-        return cls(config, targets, sweep, jobs, configs)
+        return cls(config, targets, sweep, jobs, configs, choices)
 
     def abort(self, result: Result) -> None:
         """The sweep was cut short, with `result`'s status: its job processes end
@@ -131,13 +132,7 @@ class SweepRecord:
         if not folder.name.isdigit() or int(folder.name) >= len(self.jobs):
             return None
         num = int(folder.name)
-        overrides = [str(o) for o in self.jobs[num]]
-        choices = config_check.app_choices(self.config.hydra.runtime.choices)
-        for text in overrides:  # this job's own group choices
-            key, sep, value = text.partition("=")
-            if sep and key.lstrip("+") in choices:
-                choices[key.lstrip("+")] = value
-        return Result(choices=choices, overrides=overrides,
+        return Result(choices=dict(self.choices[num]), overrides=[str(o) for o in self.jobs[num]],
                       config=job.plain_config(self.configs[num]), status=ended.status,
                       reason=f"{ended.reason} — the job was ended with its sweep",
                       platform=platform.current(), git_commit=platform.git_commit())

@@ -213,14 +213,14 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None,
         return "skipped"
     prepared = prepare(task)
     signals.stop_job_on_scheduler()  # they stop the measurement, not the recording
-    result = recorded = None
+    result, publishing = None, False
     try:
         result = measured_or_declined(task, prepared, outcome)
-        recorded = result  # a signal waits until it is recorded (recording.publish)
+        publishing = True  # a signal now waits until it is recorded (recording.publish)
         recording.publish(prepared.targets, result, task.output_dir, task.sweep)
     except (KeyboardInterrupt, Interrupted) as err:
-        record_interrupted(task, prepared, err, recorded or result or launch.measured(outcome),
-                           recorded=recorded is not None)
+        record_interrupted(task, prepared, err, result or launch.measured(outcome),
+                           recorded=publishing)
         raise
     if not task.multirun:
         exit_codes.set_pending(exit_codes.for_statuses([result.status]))
