@@ -67,6 +67,15 @@ class Run:
     def stats(self, phase: str) -> PhaseStats:
         return self.result.phase(dict(PHASES)[phase])
 
+    def side(self, phase: str) -> significance.Side:
+        """Its side of a paired comparison in its window: round medians, worker processes,
+        and the spread between processes its drift history bounds."""
+        s, env = self.stats(phase), self.result.environment
+        workers = self.result.interleaving.workers if self.result.interleaving else []
+        return significance.Side(rounds_ms=s.rounds_ms, workers=workers,
+                                 spread=s.between_drift,
+                                 spread_runs=env.drift_runs if env else 0)
+
     def level(self, phase: str) -> Optional[significance.Level]:
         """Its level in a phase for a comparison between runs (None: not timed)."""
         s = self.stats(phase)
