@@ -10,10 +10,10 @@ comparison is paired, and a block of N configurations measured in k processes co
 workers, not N × k. A backend whose set-up resets what others rely on (torch.compile's
 `dynamo.reset()`) gets workers of its own for each configuration.
 
-A scripted model also brings its inputs' shapes, dtype and grad mode: TorchScript compiles a
-module class once, so two instances of one class share one profiling executor, and a second
-input shape would run through the first one's failed guards and fallback instead of its own
-optimised graph.
+Two scripted configurations of one model with different inputs (shape, dtype, grad mode)
+are kept apart too: TorchScript compiles a module class once, so two instances of one class
+share one profiling executor, and the second input shape would run through the first one's
+failed guards and fallback instead of an optimised graph of its own.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Hashable, Sequence
+from typing import Hashable, Optional, Sequence
 
 import torch
 
+from rnnexp.config import targets
 from rnnexp.machine import environment
 from rnnexp.measure import job
 from rnnexp.run import schedule
@@ -36,10 +37,21 @@ def key(p: job.Plan, index: int) -> Hashable:
     if state is None:
         return ("own", index)
     python = os.path.abspath(p.cfg.bench.python) if job.foreign(p.cfg.bench.python) else ""
+    return (state, p.cfg.bench.num_threads, python, str(p.device))
+
+
+def signature(p: job.Plan) -> Optional[tuple[str, tuple]]:
+    """A scripted model's factory and the inputs its executor specialises on (None: not
+    scripted)."""
+    if not p.spec.script:
+        return None
     spec = p.spec
-    scripted = (dataclasses.astuple(spec.shape), str(spec.dtype), spec.requires_grad) \
-        if spec.script else ()
-    return (state, p.cfg.bench.num_threads, python, str(p.device), scripted)
+    return str(targets.target_of(p.cfg.model.build)), \
+        (dataclasses.astuple(spec.shape), str(spec.dtype), spec.requires_grad)
+
+
+def _clash(a: Optional[tuple], b: Optional[tuple]) -> bool:
+    return a is not None and b is not None and a[0] == b[0] and a[1] != b[1]
 
 
 @dataclass
@@ -54,14 +66,20 @@ class Block:
 
 
 def blocks(plans: Sequence[job.Plan]) -> list[Block]:
-    """The window's blocks, in the order their first configuration comes."""
-    found: dict[Hashable, Block] = {}
+    """The window's blocks, in the order their first configuration comes: each
+    configuration joins the first block of its key holding no scripted instance of its model
+    with other inputs."""
+    found: list[Block] = []
     for i, p in enumerate(plans):
-        k = key(p, i)
-        block = found.setdefault(k, Block(k, python=str(p.cfg.bench.python or "")))
+        k, mine = key(p, i), signature(p)
+        block = next((b for b in found if b.key == k and not any(
+            _clash(mine, signature(plans[j])) for j in b.members)), None)
+        if block is None:
+            block = Block(k, python=str(p.cfg.bench.python or ""))
+            found.append(block)
         block.members.append(i)
         block.processes = max(block.processes, p.cfg.bench.processes)
-    return list(found.values())
+    return found
 
 
 def threads_of(p: job.Plan) -> int:

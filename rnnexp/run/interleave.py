@@ -164,11 +164,14 @@ class Envelope:
 class Window:
     """`plans` measured together; see the module's docstring. `window`: its id in a sweep
     (samples are then tagged with their rounds and results say what they shared), None for a
-    single run."""
+    single run. `host`: makes a worker for an interpreter (bench.python, "" for this one);
+    by default an isolation.Worker, or the job's own process (isolation.Local) for a lone
+    configuration that needs no other."""
 
     def __init__(self, plans: Sequence[job.Plan], drifts: Sequence[Drift],
                  window: Optional[str], jobs: Sequence[int], seed: int,
-                 progress: Optional[Progress] = None):
+                 progress: Optional[Progress] = None,
+                 host: Optional[Callable[[str], isolation.Host]] = None):
         self.plans, self.window, self.jobs, self.seed = list(plans), window, list(jobs), seed
         self.progress = progress
         lone = len(plans) == 1 and schedule.max_processes(plans[0].cfg.bench) == 1 \
@@ -179,7 +182,9 @@ class Window:
         self.configs = [schedule.Configuration(p, d, round_ms=round_ms)
                         for p, d in zip(plans, drifts, strict=True)]
         self.blocks = blocks.blocks(plans)
-        self.local = window is None and len(plans) == 1 and schedule.in_job_process(plans[0])
+        local = window is None and len(plans) == 1 and schedule.in_job_process(plans[0])
+        self.make_host = host or (lambda python: isolation.Local() if local
+                                  else isolation.Worker(python or None))
         self.hosts: list[isolation.Host] = []
         self.parking = False  # set once timing starts: only the visited worker runs
         self.awake: set[int] = set()
@@ -255,7 +260,7 @@ class Window:
     # --- set-up ---------------------------------------------------------------------------
 
     def new_host(self, python: str) -> int:
-        self.hosts.append(isolation.Local() if self.local else isolation.Worker(python or None))
+        self.hosts.append(self.make_host(python))
         return len(self.hosts) - 1
 
     def set_up(self) -> None:
