@@ -115,7 +115,7 @@ def cannot_tell(d: Difference, why: str) -> Difference:
     return dataclasses.replace(d, low=math.nan, high=math.nan, p=1.0, why_not=why)
 
 
-def _log_matrix(rounds: Sequence[Sequence[Optional[float]]], width: int) -> np.ndarray:
+def log_matrix(rounds: Sequence[Sequence[Optional[float]]], width: int) -> np.ndarray:
     """`[process][round]` log medians, NaN where missing, padded to `width` rounds."""
     out = np.full((len(rounds), width), np.nan)
     for p, row in enumerate(rounds):
@@ -198,7 +198,7 @@ def paired(baseline: Side | Sequence[Sequence[Optional[float]]],
     docstring)."""
     base, cand = _side(baseline), _side(candidate)
     width = max([len(r) for r in (*base.rounds_ms, *cand.rounds_ms)] or [0])
-    a, b = _log_matrix(base.rounds_ms, width), _log_matrix(cand.rounds_ms, width)
+    a, b = log_matrix(base.rounds_ms, width), log_matrix(cand.rounds_ms, width)
     both = ~np.all(np.isnan(a), axis=0) & ~np.all(np.isnan(b), axis=0)
     a, b = a[:, both], b[:, both]
     rounds, ka, kb = int(both.sum()), a.shape[0], b.shape[0]
