@@ -54,14 +54,13 @@ async function openCell(n) {
   const body = dialog.querySelector(".body");
   body.replaceChildren(article.cloneNode(true));
   if (!dialog.open) dialog.showModal();
-  dialog.dataset.cell = n;
   const chart = body.querySelector("script.chart");
   if (chart) await draw(body.querySelector(".samples"), JSON.parse(chart.textContent));
   dialog.dataset.ready = n;
 }
 
 document.addEventListener("click", (ev) => {
-  const link = ev.target.closest("[data-cell]");
+  const link = ev.target.closest("a[data-cell]");
   if (!link) return;
   ev.preventDefault();
   openCell(Number(link.dataset.cell)).catch((err) => notice("details: " + err));
