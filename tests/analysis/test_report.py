@@ -291,3 +291,18 @@ def test_a_refused_cell_is_never_shown_as_timed(real_sweep):
     timed = [c for c in cells if c.status == OK]
     assert all(c.samples and all(v is None or math.isfinite(v) for lines in c.samples.values()
                                  for ys in lines for v in ys) for c in timed)
+
+
+def test_several_sweeps_are_shown_together_numbered_in_turn(real_sweep, tmp_path):
+    html = tmp_path / "both.html"
+    assert cli(str(real_sweep[0]), str(real_sweep[0]), "-o", str(html)) == 0
+    text = html.read_text()
+    assert text.count('<a class="cell ') == 12 and 'data-cell="12"' in text
+
+
+def test_the_report_sink_is_on_by_default_before_mlflow():
+    """Before mlflow: the MLflow sink attaches what the report sink wrote to the parent run."""
+    from tests.conftest import compose_cfg
+
+    names = list(compose_cfg().sinks)
+    assert names.index("report") < names.index("mlflow")

@@ -103,7 +103,7 @@ def forest(c: m.Comparison) -> Optional[dict]:
     row_px = ROW_PX if len(rows) <= 100 else 14
     return _figure(data, {
         **layout, "shapes": shapes, "annotations": notes,
-        "height": 140 + row_px * len(rows), "margin": {"t": 60, "r": 20, "b": 50},
+        "height": 140 + row_px * len(rows), "margin": {"t": 60, "r": 20, "b": 60},
         "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0,
                    "yanchor": "bottom", "yref": "paper", "title": {"text": "verdict"}},
         "hovermode": "closest"})
