@@ -181,6 +181,10 @@ def report(cells: int, loads: int) -> None:
         start = time.perf_counter()
         run_command("report", [str(big), "--against", str(other), "-o", str(compared)])
         wall = time.perf_counter() - start
+        if not Path(CHROMIUM).is_file():
+            console.print(f"report: no Chromium at {CHROMIUM} — `make browser` (as root) "
+                          "installs it; opening not measured", highlight=False)
+            return
         t = Table(title=f"opening a report from disk in headless Chromium ({loads} loads; "
                         "ms: median (max))")
         for col in ("report", "MB", "first paint", "first contentful paint",
