@@ -306,3 +306,22 @@ def test_the_report_sink_is_on_by_default_before_mlflow():
 
     names = list(compose_cfg().sinks)
     assert names.index("report") < names.index("mlflow")
+
+
+def test_compare_and_report_log_their_pages_to_the_sweeps_parent_run(real_sweep, tmp_path,
+                                                                     capsys):
+    folder, uri, _ = real_sweep
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("rnnexp")
+    parent = client.search_runs([exp.experiment_id],
+                                filter_string="tags.`rnnexp.kind` = 'sweep'")[0]
+    rc = run_command("compare", [parent.info.run_id, "--baseline", "model=lstm",
+                                 "--tracking-uri", uri, "--output", str(tmp_path / "c.png")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert f"report: {tmp_path / 'c.html'} (also logged to run {parent.info.run_id} " \
+           "under compare/)" in out
+    assert cli(parent.info.run_id, "--tracking-uri", uri, "-o", str(tmp_path / "r.html")) == 0
+    logged = {a.path for d in ("compare", "report")
+              for a in client.list_artifacts(parent.info.run_id, d)}
+    assert logged == {"compare/c.png", "compare/c.html", "report/r.html"}
