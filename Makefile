@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install test test-gpu bench run sweep ui server lint docs clean clean-outputs
+.PHONY: help install browser test test-gpu bench run sweep ui server lint docs clean clean-outputs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -24,6 +24,17 @@ $(BIN)/python:
 install: $(BIN)/python  ## create .venv and install rnnexp (editable) with test and docs tools
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[dev,docs]" --config-settings editable_mode=compat
+
+# The report's browser tests and `make bench report` open pages in Debian's Chromium, driven by
+# Playwright (a dev dependency) through CHROMIUM; no browser is ever downloaded. Installed with
+# apt-get where missing (root); elsewhere those tests skip and say why.
+CHROMIUM ?= /usr/bin/chromium
+
+browser:  ## Debian's chromium for the report's browser tests (apt-get as root, where missing)
+	@test -x $(CHROMIUM) || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "make browser: $(CHROMIUM) missing; as root: apt-get install chromium" >&2; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+	@$(CHROMIUM) --version
 
 test:  ## run the test suite (CPU; GPU tests skip without a GPU)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

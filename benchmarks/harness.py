@@ -1,7 +1,8 @@
 """`make bench`: the harness's own speed and honesty, as ratios measured side by side in one
 run (absolute times on a shared machine are noise; the inputs are printed with each ratio).
 
-    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa] [compare]   (default: all)
+    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa] [compare] [report]
+    (default: all)
 
 - overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
   jobs' own work (timed samples, warm-up, verification), per job, from two sweeps of N1 and
@@ -34,6 +35,8 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   the A/As (α promises ≤ 5%), and for the planted slowdown how often it is found and how
   often the interval covers the work counts' ratio, with each sweep's wall time. The drift
   history starts empty (a cache of its own): early trials apart can only say "cannot tell".
+- report: the HTML report of `--cells` cells — its cost at a sweep's end beside the
+  summary's, its size, and how fast it opens in headless Chromium (benchmarks/report_bench.py).
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ FASTRNNS_SET = [
 ]
 
 
-PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare")
+PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "report")
 
 
 def load() -> str:
@@ -424,7 +427,7 @@ def record(t: dict, wall: float, cells: dict, alarms: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="*", default=[],
-                        help="any of: overhead fastrnns fidelity aa compare (default: all)")
+                        help="any of: overhead fastrnns fidelity aa compare report (default: all)")
     parser.add_argument("--jobs", type=int, nargs=2, default=[2, 8], metavar=("N1", "N2"),
                         help="overhead: the two sweep sizes (default 2 8)")
     parser.add_argument("--rounds", type=int, default=1,
@@ -435,6 +438,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=4,
                         help="aa: first runs; compare: repetitions of each check")
     parser.add_argument("--reruns", type=int, default=5, help="aa: reruns per first run")
+    parser.add_argument("--cells", type=int, default=1000, help="report: cells (default 1000)")
+    parser.add_argument("--loads", type=int, default=5,
+                        help="report: times each report is opened in Chromium")
     args = parser.parse_args(argv)
     parts = args.parts or list(PARTS)
     unknown = sorted(set(parts) - set(PARTS))
@@ -455,6 +461,10 @@ def main(argv: list[str] | None = None) -> None:
     if "compare" in parts:
         with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
             comparisons(args.trials, Path(tmp))
+    if "report" in parts:
+        from report_bench import report
+
+        report(args.cells, args.loads)
 
 
 if __name__ == "__main__":

@@ -1,2 +1,2 @@
 """Reading results back: significance, sweeps from folders or MLflow, comparisons and
-their charts. Imports results and run (the roofline), never app."""
+their charts, the HTML report (report/). Imports results and run (the roofline), never app."""

@@ -21,7 +21,9 @@ compile time, steady iteration) and, against a baseline, the break-even: after h
 iterations the run, start-up included, has cost less than its baseline (rnnexp.models.compile_cost).
 The chart is saved (and logged to the sweep's parent run when it is in MLflow): with a
 baseline, both sides of every cell and the speedup; with `--roofline` the sweep's roofline
-chart (rnnexp.analysis.roofline_chart) too.
+chart (rnnexp.analysis.roofline_chart) too. Beside the chart, the comparison's HTML report
+(rnnexp.analysis.report: matrix, forest plot, roofline, every cell's details), logged there
+too.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from rnnexp.analysis import compare_chart, compare_costs, roofline_chart, significance, sweeps
+from rnnexp.analysis.report import build, publish
+from rnnexp.analysis.report.model import Report
 from rnnexp.analysis.significance import Difference
 from rnnexp.analysis.sweeps import PHASES, Run, Sweep
 from rnnexp.config.credentials import redact
@@ -424,7 +428,23 @@ def compare(args: argparse.Namespace) -> int:
         draw_chart(c, keys, png, stores.client)
         if args.roofline:
             draw_roofline(c.sweep, c.runs, keys, png, stores.client)
+        publish.write(report_of(c, keys, args), png.with_suffix(".html"), [c.sweep],
+                      stores.client, "compare")
     return verdict(c, args.fail_on_regression)
+
+
+def report_of(c: Comparison, keys: list[str], args: argparse.Namespace,
+              sources: Sequence[str] = ()) -> Report:
+    """The comparison as an HTML report's data (rnnexp.analysis.report), judged as above."""
+    gate = None if args.fail_on_regression is None else args.fail_on_regression / 100
+    return build.report(
+        c.title, sources or [c.sweep.name], c.runs, c.bases, c.cells, keys,
+        baseline=args.baseline or f"sweep {args.against}", min_effect=args.min_effect / 100,
+        gate=gate, how_judged=how_judged(c.cells) if c.cells else "",
+        regressions=regressions(c.runs, c.cells, args.fail_on_regression) if gate else [],
+        flagged=doubtful_cells(c.runs, c.bases, c.cells),
+        sides=(f"baseline sweep {args.against}", "this sweep") if args.against else
+        (f"baseline {args.baseline}", "the rest"))
 
 
 def chart_name(sweep: Sweep, args: argparse.Namespace) -> str:

@@ -12,6 +12,8 @@ from rnnexp.results.result import OK, Result, Row, status_text
 
 SUMMARY_DIR = "summary"
 CHART = "fwd_bwd.png"
+# The sweep's HTML report, written there by the report sink (rnnexp.analysis.report.sink).
+REPORT = "report.html"
 MARKDOWN_HIDDEN = ("flags", "fwd_q1_ms", "fwd_q3_ms", "bwd_q1_ms", "bwd_q3_ms")
 
 
