@@ -151,26 +151,28 @@ class Bisection:
     def known(self) -> bool:
         return self.culprit()[1] >= self.confidence
 
-    def information(self, m: int) -> float:
-        """Expected information (nats) about b from probing environment m."""
+    def information(self, ms: Sequence[int]) -> np.ndarray:
+        """Expected information (nats) about b from probing each environment of `ms`."""
         delta, se_delta = self.effect()
         ses = [p.se for p in self.probes if p.usable]
         if not math.isfinite(delta) or not ses:
-            return 0.0
+            return np.zeros(len(ms))
         se = float(np.median(ses))
-        q = float(self.posterior()[:m].sum())  # P(m ≥ b)
+        below = np.concatenate([[0.0], np.cumsum(self.posterior())])
+        q = below[np.asarray(ms)][:, None]  # P(m ≥ b) for each m
         spread = max(abs(delta), 1e-6)
         x = np.linspace(-3 * spread - 6 * se, 4 * spread + 6 * se, GRID)
         slow = _density(x, delta, math.hypot(se, se_delta), delta)
         same = _density(x, 0.0, se, delta)
-        mix = q * slow + (1 - q) * same
         dx = x[1] - x[0]
 
-        def entropy(f: np.ndarray) -> float:
+        def entropy(f: np.ndarray) -> np.ndarray:
             f = np.maximum(f, 1e-300)
-            return float(-(f * np.log(f)).sum() * dx)
+            return -(f * np.log(f)).sum(axis=-1) * dx
 
-        return max(0.0, entropy(mix) - q * entropy(slow) - (1 - q) * entropy(same))
+        mix = q * slow + (1 - q) * same
+        gain = entropy(mix) - q[:, 0] * entropy(slow) - (1 - q[:, 0]) * entropy(same)
+        return np.maximum(gain, 0.0)
 
     def next_probe(self) -> Optional[int]:
         """The environment to probe next; None when done: the breakpoint is known, the bad
@@ -183,7 +185,7 @@ class Bisection:
         options = [m for m in range(1, self.n - 1) if m not in self.failed]
         if not options:
             return None
-        gains = [self.information(m) for m in options]
+        gains = self.information(options)
         best = int(np.argmax(gains))
         return options[best] if gains[best] > 1e-4 else None
 

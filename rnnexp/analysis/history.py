@@ -12,9 +12,10 @@ Change points (`changes`): Apache Otava's E-divisive detector (Matteson & James;
 proposes where the series of run levels splits, and each candidate is tested on the
 replicates of both sides (`ReplicateTester`) rather than on one number per run:
 
-- a run's level is the mean of the logarithms of its replicates, known to the spread
-  between its processes (that spread pooled over the series and shrunk towards it, so a run
-  of three processes does not claim to know its own spread);
+- a run's level is the median of the logarithms of its replicates (one process of three
+  hit by a burst does not move it), known to the spread between its processes (shrunk
+  towards the series' typical spread, so a run of three processes does not claim to know
+  its own spread, and a run whose processes disagree counts less);
 - runs move between each other by more than their processes say (the machine's drift from
   minute to minute): that variance (τ², DerSimonian–Laird) is estimated inside each side;
 - the sides' levels are compared weighted by 1/(τ² + the run's own variance) — a run hit by
@@ -200,18 +201,25 @@ def build(runs: Sequence[Run], phase: str, names: dict[MeasurementKey, str]) -> 
 
 
 class Replicates:
-    """A series' replicates on the log scale, with each run's own sampling variance: the
-    spread between its processes, shrunk towards the series' pooled one (PRIOR_DF)."""
+    """A series' replicates on the log scale: each run's level (the median of its
+    replicates: one process of three hit by a burst does not move it) and that level's
+    sampling variance — the spread between the run's processes, shrunk towards the series'
+    typical one (PRIOR_DF), so a run of three processes does not claim to know its own
+    spread, and a run whose processes disagree counts less."""
 
     def __init__(self, points: Sequence[Sequence[float]]):
         self.logs = [np.log(np.asarray(p, dtype=float)) for p in points]
-        self.levels = np.array([v.mean() for v in self.logs])
+        self.levels = np.array([float(np.median(v)) for v in self.logs])
         k = np.array([len(v) for v in self.logs], dtype=float)
-        ss = np.array([((v - v.mean()) ** 2).sum() for v in self.logs])
         df = k - 1
-        pooled = float(ss.sum() / df.sum()) if df.sum() > 0 else 0.0
-        own = (PRIOR_DF * pooled + ss) / (PRIOR_DF + df)
-        self.variances = own / k  # of each run's level
+        own = np.array([float(np.var(v, ddof=1)) if len(v) > 1 else np.nan
+                        for v in self.logs])
+        # The typical spread: the median of the runs' own (a mean is what bursts inflate).
+        typical = float(np.nanmedian(own)) if np.isfinite(own).any() else 0.0
+        shrunk = (PRIOR_DF * typical + df * np.nan_to_num(own)) / (PRIOR_DF + df)
+        # A median of k ≥ 3 values varies π/2 times as much as their mean (normal data).
+        efficiency = np.where(k >= 3, math.pi / 2, 1.0)
+        self.variances = efficiency * shrunk / k
 
     def shift(self, left: slice, right: slice) -> Shift:
         """Right against left: the random-effects difference of their levels."""
