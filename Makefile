@@ -35,8 +35,9 @@ test-gpu:  ## on a GPU: the GPU-marked tests, one per point of docs/gpu.md
 run:  ## one default measurement
 	$(BIN)/python -m rnnexp
 
-bench:  ## speed goals: ratios measured side by side in one run
+bench:  ## speed goals: ratios measured side by side in one run; history and bisection checks
 	$(BIN)/python benchmarks/harness.py
+	$(BIN)/python benchmarks/history.py
 
 ui:  ## MLflow UI on 127.0.0.1:5000 over the project's store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000

@@ -1,5 +1,5 @@
-"""The chart of one series: each run's level with its interval, in the order the runs
-started, coloured by the torch version that took it; the commits named where they change;
+"""The chart of one series: each run's level with its 95% interval (log axis), in the order
+the runs started, coloured by the torch version that took it; the commits named where they change;
 each change point a vertical line with the levels of the segments it separates."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ def draw(series: Series, path: Path, phase: str) -> Path:
 
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     pts = series.points
     x = list(range(len(pts)))
@@ -54,7 +55,11 @@ def draw(series: Series, path: Path, phase: str) -> Path:
     ax.set_xticklabels([pts[i].commit[:7] or "?" for i in starts[::step]], rotation=45,
                        ha="right", fontsize=7)
     ax.set_xlabel("runs in the order they started (commit where it changes)")
-    ax.set_ylabel(f"{phase} ms (level, 95% interval)")
+    # Changes are relative: a log axis shows +10% as the same step at any level.
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_ylabel(f"{phase} ms, log scale")
     ax.set_title("\n".join(textwrap.wrap(f"{series.name} on {series.machine}", 90)),
                  fontsize=9)
     ax.legend(fontsize=7, loc="best")

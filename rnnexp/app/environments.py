@@ -80,6 +80,19 @@ def purelib(python: str) -> str:
     return _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
 
 
+def overlay(venv: Path, base_python: str, first: Optional[Path] = None) -> Path:
+    """A venv without packages of its own that runs on `base_python`'s: `first` (a checkout)
+    ahead of them on its path. Its interpreter."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        _run([base_python, "-m", "venv", "--without-pip", str(venv)])
+    site = Path(purelib(str(python)))
+    if first is not None:
+        (site / CHECKOUT_PTH).write_text(f"{first}\n")
+    (site / BASE_PTH).write_text(f"import site; site.addsitedir({purelib(base_python)!r})\n")
+    return python
+
+
 def make(env: Environment, repo: Path, base_python: str, workdir: Path,
          install: Optional[str]) -> Environment:
     """The commit's throwaway environment (made once; a failure is recorded on it)."""
@@ -91,12 +104,7 @@ def make(env: Environment, repo: Path, base_python: str, workdir: Path,
         if not src.exists():
             _run(["git", "clone", "--quiet", "--shared", "--no-checkout", str(repo), str(src)])
             _run(["git", "-C", str(src), "checkout", "--quiet", "--detach", env.commit])
-        python = venv / "bin" / "python"
-        if not python.exists():
-            _run([base_python, "-m", "venv", "--without-pip", str(venv)])
-        site = Path(purelib(str(python)))
-        (site / CHECKOUT_PTH).write_text(f"{src}\n")
-        (site / BASE_PTH).write_text(f"import site; site.addsitedir({purelib(base_python)!r})\n")
+        python = overlay(venv, base_python, first=src)
         if install:
             _run(shlex.split(install.format(python=python, src=src)), cwd=src)
         env.python = str(python)

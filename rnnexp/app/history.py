@@ -28,8 +28,7 @@ from rnnexp.results.identity import MeasurementKey
 from rnnexp.results.report import console
 from rnnexp.results.sinks.mlflow import store
 
-PHASES = {"auto": "fwd+bwd (fwd where no bwd ran)", "total": "fwd+bwd", "forward": "fwd",
-          "backward": "bwd"}
+PHASES = {"auto": "fwd+bwd", "total": "fwd+bwd", "forward": "fwd", "backward": "bwd"}
 
 
 def parse_args(argv: Optional[Sequence[str]] = None):
