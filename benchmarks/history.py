@@ -6,11 +6,12 @@ twice, seed=0,1, in three processes).
     python benchmarks/history.py [changes] [bisect] [--trials N] [--pooled K ...]
 
 - changes: series of real runs in the order they were measured (each configuration's runs;
-  windows of WINDOW runs), a step of 0, 2, 5 or 10% injected at a random run of each (its
-  replicates and all later ones × (1 + step)). Recall (a change found within ±SLACK runs of
-  the step) and false alarms (any other change) per 1000 runs, for rnnexp's method
-  (rnnexp.analysis.history: the runs' replicates) beside Apache Otava's defaults on one number
-  per run (the median of its round medians). Each window gets each step at REPEATS places.
+  windows of WINDOW runs; again in a random order, which breaks up the machine's regimes), a
+  step of 0, 2, 5 or 10% injected at a random run of each (its replicates and all later ones
+  × (1 + step)). Recall (a change found within ±SLACK runs of the step) and false alarms (any
+  other change) per 1000 runs, for rnnexp's method (rnnexp.analysis.history: the runs'
+  replicates) beside Apache Otava's defaults on one number per run (the median of its round
+  medians). Each window gets each step at REPEATS places.
 - bisect: 64 environments, a 3% step at a random one; each probe is a real interleaved A/A
   pair of jobs of one sweep (which seed stands for the good end chosen at random) with the
   probe's rounds × 1.03 when it is past the step — or K such sweeps pooled (K× the
@@ -62,11 +63,15 @@ def one_number(run: dict) -> float:
     return float(np.median(values))
 
 
-def changes(data: dict, seed: int = 0) -> Table:
+def changes(data: dict, shuffled: bool = False, seed: int = 0) -> Table:
+    """Recall and false alarms; `shuffled`: each configuration's runs in a random order (the
+    machine's regimes — the level moving for minutes — broken up: what is left is noise)."""
     rng = np.random.default_rng(seed)
     # (method, step) → [steps found, steps injected, false alarms, runs]
     tally = {(m, s): [0, 0, 0, 0] for m in ("rnnexp", "otava") for s in STEPS}
     for runs in streams(data).values():
+        if shuffled:
+            runs = [runs[i] for i in rng.permutation(len(runs))]
         for start in range(0, len(runs) - WINDOW + 1, STRIDE):
             window = runs[start:start + WINDOW]
             for step in [s for s in STEPS for _ in range(REPEATS)]:
@@ -84,9 +89,10 @@ def changes(data: dict, seed: int = 0) -> Table:
                     t[1] += bool(step)
                     t[2] += len(points) - len(near[:1])
                     t[3] += WINDOW
-    table = Table(title=f"change points on real replicates: windows of {WINDOW} runs, a step "
-                        f"injected at a random run, {REPEATS} places a window (found = within "
-                        f"±{SLACK} runs)")
+    order = "in a random order" if shuffled else "in the order measured"
+    table = Table(title=f"change points on real replicates, runs {order}: windows of {WINDOW} "
+                        f"runs, a step injected at a random run, {REPEATS} places a window "
+                        f"(found = within ±{SLACK} runs)")
     for col in ("step", "method", "series", "recall", "false alarms / 1000 runs"):
         table.add_column(col, justify="right")
     for step in STEPS:
@@ -202,6 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     if "changes" in parts:
         console.print(changes(data))
+        console.print(changes(data, shuffled=True))
     if "bisect" in parts:
         console.print(bisection(data, args.trials, args.pooled))
     console.print(f"({time.perf_counter() - t0:.0f} s)", highlight=False)

@@ -9,16 +9,12 @@ are then checked on the results themselves the way `compare` checks a `--baselin
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Iterator, Sequence
 
-from mlflow.exceptions import MlflowException
-
 from rnnexp.analysis.compare import parse_choice
-from rnnexp.analysis.sweeps import Run
+from rnnexp.analysis.sweeps import Run, read_runs
 from rnnexp.errors import RnnexpError
-from rnnexp.results.result import OK, RESULTS_FILE, Result
+from rnnexp.results.result import OK
 from rnnexp.results.sinks.mlflow import runs as mlflow_runs
 
 PAGE = 1000
@@ -51,21 +47,6 @@ def _search(client, exp_id: str, filter_string: str, limit: int) -> Iterator:
             return
 
 
-def read(client, found) -> list[Run]:
-    """The runs' results (a run that logged none is left out: it declined before any)."""
-    out = []
-    with tempfile.TemporaryDirectory(prefix="rnnexp-history-") as tmp:
-        for run in found:
-            try:
-                path = client.download_artifacts(run.info.run_id, RESULTS_FILE,
-                                                 f"{tmp}/{run.info.run_id}")
-                result = Result.load(Path(path))
-            except (OSError, ValueError, TypeError, MlflowException):
-                continue
-            out.append(Run.of(run.info.run_name or "", result, run.info.run_id))
-    return out
-
-
 def parse(texts: Sequence[str]) -> list[tuple[str, str]]:
     """KEY=VALUE texts as pairs (each checked on the runs later, by `select`)."""
     out = []
@@ -81,12 +62,12 @@ def parse(texts: Sequence[str]) -> list[tuple[str, str]]:
 def select(client, exp_id: str, choices: Sequence[tuple[str, str]],
            limit: int = 100_000) -> list[Run]:
     """The ok job runs whose config has every KEY=VALUE of `choices`."""
-    runs = read(client, _search(client, exp_id, store_filter(choices), limit))
+    runs = read_runs(client, _search(client, exp_id, store_filter(choices), limit))
     chosen = [r for r in runs if all(r.config.get(k) == v for k, v in choices)]
     if chosen:
         return chosen
     # Nothing matched: say why as compare does, from the runs the store holds.
-    some = read(client, _search(client, exp_id, store_filter([]), HINT_RUNS))
+    some = read_runs(client, _search(client, exp_id, store_filter([]), HINT_RUNS))
     if not some:
         raise RnnexpError("no job run that ended ok in this experiment — record some with "
                           "python -m rnnexp ... (sinks include mlflow)")
