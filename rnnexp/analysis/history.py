@@ -81,8 +81,8 @@ class Point:
 
     @property
     def level(self) -> float:
-        """The geometric mean of its replicates, ms."""
-        return float(np.exp(self.logs.mean()))
+        """The median of its replicates, ms (as the change points read it: `Replicates`)."""
+        return float(np.exp(np.median(self.logs)))
 
     def interval(self) -> tuple[float, float]:
         """95% interval of its level from its replicates (t on their logs); with one process,

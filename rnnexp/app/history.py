@@ -82,7 +82,7 @@ def names(runs: Sequence[Run]) -> dict[MeasurementKey, str]:
 
 def series_table(all_series: Sequence[history.Series], phase: str) -> Table:
     t = Table(title=f"series ({PHASES[phase]}): one measurement on one machine",
-              caption="level = geometric mean of the run's process medians")
+              caption="level = the median of the run's process medians")
     for col in ("measurement", "machine", "runs", "from", "to", "commits", "torch",
                 "last level ms", "changes"):
         t.add_column(col, justify="right" if col in ("runs", "commits", "changes",
