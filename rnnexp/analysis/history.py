@@ -19,7 +19,8 @@ replicates of both sides (`ReplicateTester`) rather than on one number per run:
 - runs move between each other by more than their processes say (the machine's drift from
   minute to minute): that variance (τ², DerSimonian–Laird) is estimated inside each side;
 - the sides' levels are compared weighted by 1/(τ² + the run's own variance) — a run hit by
-  a burst in one of its processes counts less — with the Hartung–Knapp correction, on n − 2
+  a burst in one of its processes counts less — with the Hartung–Knapp correction (never
+  narrower than the runs’ own variances say), on n − 2
   degrees of freedom (n runs: the run, not the process, is the unit of replication).
 
 A change needs `MIN_RUNS` runs on each side: a single run off the level is a burst until a

@@ -101,14 +101,16 @@ def real_run(tmp_path_factory) -> Path:
 
 def varied(result: Result, n: int, factor: float, commit: str, torch: str,
            device_name: str = "", rng=None) -> Result:
-    """A copy of a real result as the n-th run of a history: its process medians × factor
-    (and a little noise), recorded as `commit` and `torch` on `device_name`."""
+    """A copy of a real result as the n-th run of a history: its processes' medians drawn
+    about its median × factor (2% between runs, 3% between processes), recorded as `commit`
+    and `torch` on `device_name`."""
     rng = rng or np.random.default_rng(n)
     out = copy.deepcopy(result)
+    shift = factor * math.exp(rng.normal(0, 0.02))
     for phase in out.phases.values():
         if phase.timed:
-            phase.process_medians_ms = [m * factor * math.exp(rng.normal(0, 0.01))
-                                        for m in phase.process_medians_ms]
+            phase.process_medians_ms = [phase.median_ms * shift * math.exp(rng.normal(0, 0.03))
+                                        for _ in phase.process_medians_ms]
             phase.median_ms = float(np.median(phase.process_medians_ms))
     out.git_commit = commit
     out.platform = dataclasses.replace(out.platform or Platform(torch_version=""),
