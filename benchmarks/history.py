@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("parts", nargs="*", default=[], help="changes, bisect (default both)")
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--pooled", type=int, nargs="+", default=[1, 8],
-                        help="real sweeps pooled per probe (default 1 8)")
+                        help="real sweeps pooled per probe (default 1 8; the docs' figures: "
+                             "1 8 32)")
     args = parser.parse_args(argv)
     parts = args.parts or ["changes", "bisect"]
     data = load()
