@@ -230,12 +230,15 @@ class Replicates:
         if len(y[0]) < 1 or len(y[1]) < 1 or n < 3:
             return Shift(pvalue=1.0)
         tau2 = _between_runs(y, v)
-        w = [1 / (vi + tau2) if np.all(vi + tau2 > 0) else np.ones_like(vi) for vi in v]
+        # No variance known at all (runs of one process, no scatter): equal weights.
+        known = all(np.all(vi + tau2 > 0) for vi in v)
+        w = [1 / (vi + tau2) if known else np.ones_like(vi) for vi in v]
         means = [float((wi * yi).sum() / wi.sum()) for wi, yi in zip(w, y, strict=True)]
         var = sum(1 / float(wi.sum()) for wi in w)
-        # Hartung–Knapp: scale by how far the runs actually scatter about their sides' means.
+        # Hartung–Knapp: scale by how far the runs actually scatter about their sides' means
+        # (never below the runs' own variances, when those are known).
         q = sum(float((wi * (yi - m) ** 2).sum()) for wi, yi, m in zip(w, y, means, strict=True))
-        var *= max(1.0, q / (n - 2))
+        var *= max(1.0, q / (n - 2)) if known else q / (n - 2)
         d = means[1] - means[0]
         if var <= 0:
             return Shift(pvalue=0.0 if d else 1.0, size=math.expm1(d), low=math.expm1(d),

@@ -186,3 +186,13 @@ def test_a_selection_that_matches_nothing_is_one_line(store_uri, capsys):
     assert "expected KEY=VALUE" in capsys.readouterr().err
     assert run_command("history", ["--alpha", "2", "--tracking-uri", uri]) == 2
     assert "--alpha 2" in capsys.readouterr().err
+
+
+def test_runs_of_one_process_fall_back_to_their_scatter():
+    rng = np.random.default_rng(5)
+    single = [[float(np.exp(rng.normal(math.log1p(0.10) * (i >= 20), 0.02)))]
+              for i in range(40)]
+    assert [i for i, _ in history.change_points(single)] == [20]
+    flat = [[1.0]] * 20 + [[1.1]] * 20  # no scatter at all: the step is all there is
+    assert [i for i, _ in history.change_points(flat)] == [20]
+    assert history.change_points([[1.0]] * 40) == []
