@@ -192,7 +192,7 @@ def bisect(args) -> int:
     envs = (environments.interpreters(args.pythons) if args.pythons
             else environments.commits(args.repo, args.commits))
     console.print(f"{len(envs)} environments, good: {envs[0].name}, bad: {envs[-1].name}; "
-                  f"work in {args.workdir}", highlight=False, markup=False)
+                  f"work in {args.workdir}", highlight=False, markup=False, soft_wrap=True)
     b = Bisection(len(envs), args.confidence)
     probe = Prober(envs, args)
     while len(b.probes) < args.max_probes:
@@ -205,7 +205,7 @@ def bisect(args) -> int:
         console.print(f"probe {len(b.probes)}: env {m} ({envs[m].name}) "
                       + (f"failed: {p.failed}" if p.failed else slowdown_text(p))
                       + f" — most likely first slow: {culprit} (P={prob:.2f})",
-                      highlight=False, markup=False)
+                      highlight=False, markup=False, soft_wrap=True)
     console.print(probes_table(b, envs))
     return verdict(b, envs, args)
 
@@ -217,7 +217,7 @@ def verdict(b: Bisection, envs: Sequence[Environment], args) -> int:
         size = (f"{100 * math.expm1(delta):+.1f}% (± {100 * 1.96 * se:.1f})"
                 if math.isfinite(delta) else "not measured")
         console.print(f"the bad end is not slower than the good end here: {size} — nothing "
-                      "to bisect", highlight=False, markup=False)
+                      "to bisect", highlight=False, markup=False, soft_wrap=True)
         return 0
     culprit, prob = b.culprit()
     if prob < b.confidence:
@@ -225,17 +225,17 @@ def verdict(b: Bisection, envs: Sequence[Environment], args) -> int:
         console.print(f"not known to {b.confidence:.0%} after {len(b.probes)} probes: the first "
                       f"slow environment is {lo}–{hi} with P ≥ {b.confidence:.0%} (most likely "
                       f"{culprit}: {envs[culprit].name}, P={prob:.2f})", highlight=False,
-                      markup=False)
+                      markup=False, soft_wrap=True)
         return 0
     at = [p for p in b.probes if p.index == culprit and not p.failed]
     console.print(f"culprit: {envs[culprit].name} (environment {culprit}; P={prob:.2f} after "
                   f"{len(b.probes)} probes, {len(b.failed)} failed)", highlight=False,
-                  markup=False)
+                  markup=False, soft_wrap=True)
     if at:
         console.print(f"effect: {slowdown_text(at[-1])} against the good end", highlight=False,
-                      markup=False)
+                      markup=False, soft_wrap=True)
     console.print("reproduce:\n  " + "\n  ".join(reproduce(args, envs, culprit)),
-                  highlight=False, markup=False)
+                  highlight=False, markup=False, soft_wrap=True)
     return 0
 
 

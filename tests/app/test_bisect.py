@@ -40,7 +40,8 @@ def test_a_real_slowdown_is_found_and_a_broken_environment_is_no_slowdown(tmp_pa
     probes = [ln for ln in out.splitlines() if ln.startswith("probe ")]
     broken = [ln for ln in probes if "env 1 " in ln]
     # Declined before timing (its interpreter cannot import rnnexp): never read as a slowdown.
-    assert broken and all("failed:" in ln and "cannot import rnnexp" in ln for ln in broken)
+    assert broken and all("failed: unsupported: bench.python:" in ln and "cannot import rnnexp"
+                          in ln for ln in broken)
     assert any("env 2 " in ln for ln in probes)
     assert f"bench.python={envs[2]},{envs[3]}" in out  # the command that reproduces it
 
@@ -62,3 +63,59 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
         assert run_command("bisect", argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and says in err, (argv, err)
+
+
+@pytest.fixture(scope="module")
+def real_result(tmp_path_factory):
+    """One real quick run's result (copies are varied into probe sweeps)."""
+    import os
+    import subprocess
+
+    from rnnexp.results.result import Result
+    from tests.conftest import ROOT, TINY
+
+    tmp = tmp_path_factory.mktemp("run")
+    proc = subprocess.run([sys.executable, "-m", "rnnexp", "model=lstm", "backend=aten", *TINY,
+                           "bench.roofline=false", "sinks=[json]", f"hydra.run.dir={tmp}/run"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stderr
+    return Result.load(tmp / "run" / "results.json")
+
+
+def probe_sweep(base, folder: Path, candidate_status: str, slower: float = 1.0) -> Path:
+    """A probe's sweep folder: job 0 under interpreter A (the good end), job 1 under B."""
+    import copy
+
+    from rnnexp.results.result import OK
+
+    for job, (python, status, factor) in enumerate((("/a/python", OK, 1.0),
+                                                    ("/b/python", candidate_status, slower))):
+        result = copy.deepcopy(base)
+        result.config["bench"]["python"] = python
+        result.status = status
+        result.reason = "" if status == OK else "outputs differ from the reference"
+        for phase in result.phases.values():
+            if phase.timed:
+                phase.rounds_ms = [[factor * (1 + 0.01 * ((r * 7 + p) % 5)) for r in range(12)]
+                                   for p in range(3)]
+        (folder / str(job)).mkdir(parents=True)
+        result.save(folder / str(job))
+    return folder
+
+
+def test_a_probe_that_failed_verification_is_failed_not_slow(real_result, tmp_path):
+    from rnnexp.app.bisect import judged
+    from rnnexp.results.result import INVALID
+
+    folder = probe_sweep(real_result, tmp_path / "p", INVALID, slower=3.0)
+    probe = judged(5, folder, "/a/python", "/b/python", returncode=1)
+    assert probe.failed.startswith("verification_failed") and probe.difference is None
+    ok = judged(5, probe_sweep(real_result, tmp_path / "q", "ok", slower=1.2), "/a/python",
+                "/b/python", returncode=0)
+    assert not ok.failed and 0.15 < ok.slowdown < 0.2  # log(1.2) = 0.18
+    nothing = tmp_path / "r"
+    nothing.mkdir()
+    (nothing / "probe.log").write_text("error: bench.python: /b/python did not start\n")
+    gone = judged(5, nothing, "/a/python", "/b/python", returncode=2)
+    assert gone.failed == "did not run (exit 2): error: bench.python: /b/python did not start"
