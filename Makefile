@@ -23,7 +23,7 @@ $(BIN)/python:
 # import hooks of setuptools' default editable mode).
 install: $(BIN)/python  ## create .venv and install rnnexp (editable) with test and docs tools
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev,docs]" --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q -e ".[dev,docs,history]" --config-settings editable_mode=compat
 
 # The report's browser tests and `make bench report` open pages in Debian's Chromium, driven by
 # Playwright (a dev dependency) through CHROMIUM; no browser is ever downloaded. Installed with
@@ -46,8 +46,9 @@ test-gpu:  ## on a GPU: the GPU-marked tests, one per point of docs/gpu.md
 run:  ## one default measurement
 	$(BIN)/python -m rnnexp
 
-bench:  ## speed goals: ratios measured side by side in one run
+bench:  ## speed goals: ratios measured side by side in one run; history and bisection checks
 	$(BIN)/python benchmarks/harness.py
+	$(BIN)/python benchmarks/history.py
 
 ui:  ## MLflow UI on 127.0.0.1:5000 over the project's store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000

@@ -125,19 +125,25 @@ def _linked(key: str, name: str) -> bool:
 
 def parse_baseline(text: str, runs: list[Run]) -> tuple[str, str]:
     """--baseline KEY=VALUE on any config field or group of the sweep."""
+    return parse_choice(text, runs, "--baseline", "this sweep")
+
+
+def parse_choice(text: str, runs: list[Run], option: str, scope: str) -> tuple[str, str]:
+    """KEY=VALUE on any config field or group of `runs` (`option` and `scope` name them in
+    errors) that some timed run has: how compare, and the tools beside it, select runs."""
     key, sep, value = text.partition("=")
     if not sep or not key or not value:
-        raise RnnexpError(f"--baseline '{text}': expected KEY=VALUE, e.g. model=lstm or "
+        raise RnnexpError(f"{option} '{text}': expected KEY=VALUE, e.g. model=lstm or "
                           "shape.seq_len=20")
     fields = sorted({k for r in runs for k in r.config})
     if key not in fields:
         varied = [k for k in fields if len({r.config.get(k) for r in runs}) > 1]
-        raise RnnexpError(f"--baseline {key}: not a config field of this sweep — "
+        raise RnnexpError(f"{option} {key}: not a config field of {scope} — "
                           + (f"it varies in {', '.join(varied)}" if varied else
                              "nothing varies in it") + _did_you_mean(key, fields))
     values = sorted({r.config.get(key, "?") for r in runs})
     if not any(r.config.get(key) == value and r.row.fwd_median_ms is not None for r in runs):
-        raise RnnexpError(f"--baseline {text}: matches no timed run of this sweep — "
+        raise RnnexpError(f"{option} {text}: matches no timed run of {scope} — "
                           f"{key} was {', '.join(values)}")
     return key, value
 

@@ -151,13 +151,8 @@ def say_skipped(empty: list) -> None:
                       f"{ended(empty[0])}", highlight=False, markup=False, soft_wrap=True)
 
 
-def from_store(client, exp_id: str, name: Optional[str]) -> Sweep:
-    """The sweep with this parent run id or name (default: the latest) and its job runs, each
-    read from the results.json it logged."""
-    parent = find_parent(client, exp_id, name)
-    found = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = "
-                                                       f"'{parent.info.run_id}'",
-                               max_results=10000)
+def read_runs(client, found) -> list[Run]:
+    """MLflow job runs as Runs, each read from the results.json it logged."""
     out = []
     with tempfile.TemporaryDirectory(prefix="rnnexp-compare-") as tmp:
         for run in found:
@@ -168,6 +163,17 @@ def from_store(client, exp_id: str, name: Optional[str]) -> Sweep:
             except (OSError, ValueError, TypeError, MlflowException):
                 continue  # a run that logged no result (declined before recording one)
             out.append(Run.of(run.info.run_name or "", result, run.info.run_id))
+    return out
+
+
+def from_store(client, exp_id: str, name: Optional[str]) -> Sweep:
+    """The sweep with this parent run id or name (default: the latest) and its job runs, each
+    read from the results.json it logged."""
+    parent = find_parent(client, exp_id, name)
+    found = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = "
+                                                       f"'{parent.info.run_id}'",
+                               max_results=10000)
+    out = read_runs(client, found)
     if not out:
         raise RnnexpError(f"sweep '{parent.info.run_name}' has no job runs with a result "
                           "(yet)")
