@@ -308,4 +308,5 @@ def test_te_fuses_on_the_gpu(run_cli, tmp_path):
     proc = run_cli("model=jit", "backend=te", "device=cuda", *TINY)
     assert proc.returncode == 0, proc.stderr
     backend = json.loads((tmp_path / "run" / "results.json").read_text())["backend"]
-    assert backend["graph"]["tensorexpr_groups"] > 0
+    # At shape=small (seq_len 8) the plan shows no group; the kernels that ran count.
+    assert backend["tensorexpr_kernels"], backend
