@@ -13,6 +13,9 @@ Two parts, each repeated `--repeats` times, the two sides alternating:
    per-iteration times; on the CPU its Event shim reports seconds, converted here) against
    `python -m rnnexp` with the matching model and backend, each process's wall time beside
    its figures. Medians over iterations per process, then the median of the processes.
+   For `cudnn` on a GPU also rnnexp with `backend.allow_tf32=true`: torch leaves cuDNN's
+   float32 RNNs TF32 by default (`torch.backends.cudnn.rnn.fp32_precision` "tf32"), which
+   upstream keeps and rnnexp pins off.
 2. The timing loops alone, in one process, on one upstream-built model (so model
    construction is out of the comparison), interleaved in random order each round:
    - `upstream`: a full `gc.collect()` before the forward and again before the backward,
@@ -64,6 +67,9 @@ class Side:
     bwd_ms: float
     wall_s: float
     iters: int
+    # Means too: upstream reports the mean (and std), rnnexp the median.
+    fwd_mean_ms: float = 0.0
+    bwd_mean_ms: float = 0.0
 
 
 @dataclass
@@ -71,6 +77,8 @@ class Runner:
     name: str
     upstream: list[Side] = field(default_factory=list)
     rnnexp: list[Side] = field(default_factory=list)
+    # cuDNN with TF32 allowed, as torch's default leaves it for upstream (rnnexp pins it off)
+    rnnexp_tf32: list[Side] = field(default_factory=list)
     loops: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -102,12 +110,14 @@ def run_upstream(args, runner: str) -> Side:
     if proc.returncode or not fwd:  # --print-json swallows a runner's exception
         tail = (proc.stderr.strip().splitlines() or ["no figures printed"])[-1]
         raise RuntimeError(f"upstream {runner}: rc={proc.returncode}: {tail}")
-    return Side(median(fwd), median(bwd), wall, len(fwd))
+    return Side(median(fwd), median(bwd), wall, len(fwd), statistics.mean(fwd),
+                statistics.mean(bwd))
 
 
-def run_rnnexp(args, runner: str) -> Side:
+def run_rnnexp(args, runner: str, tf32: bool = False) -> Side:
     model, on_gpu, on_cpu = RUNNERS[runner]
     backend = on_gpu if args.device == "cuda" else on_cpu
+    extra = ["backend.allow_tf32=true"] if tf32 else []
     with tempfile.TemporaryDirectory(prefix="rnnexp-agree-") as folder:
         cmd = [sys.executable, "-m", "rnnexp", f"model={model}", f"backend={backend}",
                f"device={args.device}", f"shape.seq_len={args.seq}",
@@ -115,7 +125,7 @@ def run_rnnexp(args, runner: str) -> Side:
                f"shape.hidden_size={args.hidden}", f"shape.batch_size={args.batch}",
                f"bench.warmup={args.warmup}", f"bench.iters={args.nloops}",
                "bench.roofline=false", "bench.memory=false", "bench.drift=false",
-               "sinks=[json]", f"hydra.run.dir={folder}/run"]
+               "sinks=[json]", f"hydra.run.dir={folder}/run", *extra]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
                               timeout=args.timeout, env=threads_env(args))
@@ -125,8 +135,9 @@ def run_rnnexp(args, runner: str) -> Side:
             tail = (proc.stderr.strip().splitlines() or ["no results"])[-1]
             raise RuntimeError(f"rnnexp {model}/{backend}: rc={proc.returncode}: {tail}")
         phases = json.loads(path.read_text())["phases"]
-    return Side(phases["forward"]["median_ms"], phases["backward"]["median_ms"], wall,
-                len(phases["forward"]["samples_ms"]))
+    fwd, bwd = phases["forward"], phases["backward"]
+    return Side(fwd["median_ms"], bwd["median_ms"], wall, len(fwd["samples_ms"]),
+                fwd["mean_ms"], bwd["mean_ms"])
 
 
 def threads_env(args) -> dict:
@@ -279,14 +290,17 @@ def report(args, runners: list[Runner]) -> str:
              f"iterations; {args.repeats} processes a side, alternating"
              + (f"; {args.threads} thread(s)" if args.threads else ""), ""]
     lines += ["| runner | side | fwd median (" + unit + ") | bwd median (" + unit +
-              ") | wall per process (s) | processes |", "|---|---|---|---|---|---|"]
+              ") | fwd mean | bwd mean | wall per process (s) | processes |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in runners:
-        for side in ("upstream", "rnnexp"):
+        for side in ("upstream", "rnnexp", "rnnexp_tf32"):
             sides = getattr(r, side)
             if not sides:
                 continue
             lines.append(f"| {r.name} | {side} | {median(s.fwd_ms for s in sides):.4g} | "
                          f"{median(s.bwd_ms for s in sides):.4g} | "
+                         f"{median(s.fwd_mean_ms for s in sides):.4g} | "
+                         f"{median(s.bwd_mean_ms for s in sides):.4g} | "
                          f"{median(s.wall_s for s in sides):.3g} | {len(sides)} |")
     if any(r.loops for r in runners):
         lines += ["", "The timing loops alone, one model, one process (median of the rounds' "
@@ -337,8 +351,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     results = []
     for name in args.runners:
         r = Runner(name)
+        sides = [("upstream", run_upstream), ("rnnexp", run_rnnexp)]
+        if name == "cudnn" and args.device == "cuda":
+            sides.append(("rnnexp_tf32", lambda a, n: run_rnnexp(a, n, tf32=True)))
         for _ in range(args.repeats):
-            for side, fn in (("upstream", run_upstream), ("rnnexp", run_rnnexp)):
+            for side, fn in sides:
                 try:
                     getattr(r, side).append(fn(args, name))
                 except (RuntimeError, subprocess.TimeoutExpired) as err:
