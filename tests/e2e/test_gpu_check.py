@@ -62,14 +62,14 @@ def test_a_failed_job_is_named_with_its_reason(tmp_path):
     job = check.folder(step) / "lstm" / "0"
     job.mkdir(parents=True)
     (job / "results.json").write_text(json.dumps({
-        "choices": {"model": "lstm", "backend": "cudnn"}, "overrides": ["shape=small"],
+        "choices": {"model": "lstm", "backend": "cudnn"}, "overrides": ["shape.seq_len=8"],
         "status": "verification_failed", "backend": {"name": "cudnn"},
         "reason": "verification failed: output[0]: rms error 3e-06 = 40 × the reference "
                   "error 7.5e-08, allowed 5 × + floor 1e-08 (reference in float32)"}))
     done = subprocess.CompletedProcess([], 1, "", "error: 1 job failed")
     check.judge_jobs(step, "lstm", done, 2)
     assert step.status == "failed"
-    assert step.failures[0].startswith("lstm·cudnn shape=small: verification_failed: "
+    assert step.failures[0].startswith("lstm·cudnn shape.seq_len=8: verification_failed: "
                                        "verification failed: output[0]: rms error 3e-06")
     assert step.failures[1] == "lstm: 1 of 2 jobs left a result (exit 1: error: 1 job failed)"
     text = gpu_check.report(check, [step], {"torch": "x"})
