@@ -15,7 +15,7 @@ sequence length and with the conditioning of the cell (LayerNorm), so a constant
 that fits shape=small fails at seq 100; measuring what the dtype itself achieves on the same
 inputs scales with both. The CPU's float32 is an unusually exact float32 (blocked sums,
 sub-ulp math functions): at shape=small it is ~1 ulp of each tensor's RMS from float64, and
-cuDNN's small-hidden persistent kernels, correct but rounding differently, failed 5× that on
+cuDNN's small-hidden persistent kernels, correct but rounding differently, missed 5× that on
 an H100; the randomly rounded reference says what float32 guarantees instead. The floor, one
 unit roundoff of the tensor's RMS (finfo(dtype).eps · rms(float64)), covers tensors the
 references happen to get (almost) exactly. It is relative, not dynamo's absolute tol / 10:
