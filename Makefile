@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install browser test test-gpu bench run sweep ui server lint docs clean clean-outputs
+.PHONY: help install browser test test-gpu gpu-check bench run sweep ui server lint docs clean clean-outputs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -39,9 +39,18 @@ browser:  ## Debian's chromium for the report's browser tests (apt-get as root, 
 test:  ## run the test suite (CPU; GPU tests skip without a GPU)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The interpreter for the GPU targets: PYTHON when given (a GPU machine without .venv, its
+# dependencies from wheels on PYTHONPATH: docs/gpu.md), else .venv's if there is one.
+GPU_PY := $(if $(filter command line environment,$(origin PYTHON)),$(PYTHON),$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)))
+OUT ?=
+GPU_CHECK_ARGS ?=
+
 test-gpu:  ## on a GPU: the GPU-marked tests, one per point of docs/gpu.md
-	$(BIN)/python -m pytest -m gpu -v -rs tests/backends/test_gpu_paths.py tests/backends/test_backends.py $(PYTEST_ARGS)
-	$(BIN)/python -m rnnexp matrix --device cuda
+	$(GPU_PY) -m pytest -m gpu -v -rs tests/backends/test_gpu_paths.py tests/backends/test_backends.py $(PYTEST_ARGS)
+	$(GPU_PY) -m rnnexp matrix --device cuda
+
+gpu-check:  ## on a GPU: every GPU claim in one report (OUT=folder, GPU_CHECK_ARGS=--upstream .upstream)
+	$(GPU_PY) benchmarks/gpu_check.py $(if $(OUT),--out $(OUT)) $(GPU_CHECK_ARGS)
 
 run:  ## one default measurement
 	$(BIN)/python -m rnnexp
