@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install browser test test-gpu gpu-check bench run sweep ui server lint docs clean clean-outputs
+.PHONY: help install browser test test-gpu gpu-check gpu-wheels bench run sweep ui server lint docs clean clean-outputs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ test-gpu:  ## on a GPU: the GPU-marked tests, one per point of docs/gpu.md
 
 gpu-check:  ## on a GPU: every GPU claim in one report (OUT=folder, GPU_CHECK_ARGS=--upstream .upstream)
 	$(GPU_PY) benchmarks/gpu_check.py $(if $(OUT),--out $(OUT)) $(GPU_CHECK_ARGS)
+
+gpu-wheels:  ## .whl/: rnnexp's dependencies as Python 3.12 wheels, for a GPU machine with no package index
+	bash benchmarks/gpu_wheels.sh
 
 run:  ## one default measurement
 	$(BIN)/python -m rnnexp
