@@ -94,7 +94,7 @@ class RnnexpSweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from hydra_plugins.rnnexp_launcher.rnnexp_launcher import RnnexpLauncher
-        from rnnexp.app import run_dir
+        from rnnexp.app import run_dir, stopping
         from rnnexp.app.callback import SweepRecord, prestart_workers
 
         assert self.config is not None and self.launcher is not None
@@ -108,6 +108,7 @@ class RnnexpSweeper(Sweeper):
         folder.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, folder / "multirun.yaml")
         record = SweepRecord.start(self.config, batch, self.checked, self.choices)
+        stopping.jobs_end_with_this_process(self.config.hydra.launcher)
         with record.ended_if_stopped():
             if isinstance(self.launcher, RnnexpLauncher):
                 returns = self.launcher.launch_checked(batch, 0, self.checked)

@@ -123,7 +123,8 @@ def hide_argument(argument: str) -> str:
     `key=value` text, which no config holds."""
     shown = hide(argument)
     if shown != argument:
-        values = zip(_override_values(shown), _override_values(argument))
+        # strict=False: a list whose redaction joined two values pairs up as far as it can.
+        values = zip(_override_values(shown), _override_values(argument), strict=False)
         _keep({hidden: original for hidden, original in values if hidden != original})
     return shown
 
