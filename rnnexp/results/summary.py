@@ -52,12 +52,14 @@ def _json(table: list[dict]) -> str:
     return json.dumps(table, indent=2)
 
 
-def write(sweep_dir: Path, jobs: Sequence[tuple[Path, Result]]) -> list[Path]:
-    """summary.{json,csv,md} and, when any job was timed, the chart, in <sweep>/summary/ —
-    unless the folder holds them for these rows already: the json sink and the MLflow sink
-    both need the summary at a sweep's end, and drawing the chart twice cost a second."""
+def write(sweep_dir: Path, jobs: Sequence[tuple[Path, Result]],
+          into: Optional[Path] = None) -> list[Path]:
+    """summary.{json,csv,md} and, when any job was timed, the chart, in <sweep>/summary/ (or
+    `into`: a sweep folder only read) — unless the folder holds them for these rows already:
+    the json sink and the MLflow sink both need the summary at a sweep's end, and drawing
+    the chart twice cost a second."""
     rows = rows_of(jobs, sweep_dir)
-    folder = Path(sweep_dir) / SUMMARY_DIR
+    folder = Path(into) if into is not None else Path(sweep_dir) / SUMMARY_DIR
     paths = [folder / name for name in SUMMARY_FILES]
     if any(r.status == OK for r in rows):
         paths.append(folder / CHART)
