@@ -308,7 +308,13 @@ def main() -> None:
         sys.exit(exit_codes.for_signal(signum))
     except RnnexpError as err:  # a run's or a sweep's check (callback, sweeper)
         fail(str(err))
-    except Exception as err:  # Hydra's own (a folder it cannot create, ...)
+    except OSError as err:  # once running: a folder or file that cannot be written
+        if full_error():
+            raise
+        print_error(f"cannot write {err.filename or 'an output'} ({err.strerror or err}) — "
+                    "stopped; what was recorded before is kept")
+        sys.exit(exit_codes.OUTPUT_FAILED)
+    except Exception as err:  # Hydra's own (a config it cannot load, ...)
         if full_error():
             raise
         fail(config_check.one_line(err))

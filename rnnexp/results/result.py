@@ -23,7 +23,7 @@ from rnnexp.measure.timing import Samples
 from rnnexp.measure.verify import Verification
 from rnnexp.models.compile_cost import CompileCost
 from rnnexp.models.workload import Work
-from rnnexp.results import stats
+from rnnexp.results import files, stats
 
 RESULTS_FILE = "results.json"
 # 2: the code version moved from platform.extra.git_commit to a field of its own.
@@ -375,9 +375,8 @@ class Result:
         })
 
     def save(self, folder: Path) -> Path:
-        path = Path(folder) / RESULTS_FILE
-        path.write_text(json.dumps(self.to_json(), indent=2, default=str))
-        return path
+        return files.write_text(Path(folder) / RESULTS_FILE,
+                                json.dumps(self.to_json(), indent=2, default=str))
 
     @classmethod
     def load(cls, path: Path) -> Result:

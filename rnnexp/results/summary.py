@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Optional, Sequence
 
+from rnnexp.results import files
 from rnnexp.results.result import OK, Result, Row, status_text
 
 SUMMARY_DIR = "summary"
@@ -32,8 +33,8 @@ def write_files(rows: Sequence[Row], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / name for name in SUMMARY_FILES]
     table = [r.columns() for r in rows]
-    paths[0].write_text(_json(table))
-    with paths[1].open("w", newline="") as f:
+    files.write_text(paths[0], _json(table))
+    with files.replaced(paths[1]) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=Row.COLUMNS)
         writer.writeheader()
         writer.writerows(table)
@@ -44,7 +45,7 @@ def write_files(rows: Sequence[Row], folder: Path) -> list[Path]:
     lines += ["| " + " | ".join(_cell(status_text(row.status, row.flags) if c == "status"
                                       else r[c]) for c in shown) + " |"
               for row, r in zip(rows, table, strict=True)]
-    paths[2].write_text("\n".join(lines) + "\n")
+    files.write_text(paths[2], "\n".join(lines) + "\n")
     return paths
 
 
@@ -146,8 +147,11 @@ def bar_chart(labels: Sequence[str], fwd: Sequence[Optional[float]],
     ax.grid(True, axis="x", which="both", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with files.replaced(path) as tmp:
+            fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
     return path
 
 
