@@ -10,14 +10,12 @@ runs as a real `python -m rnnexp` process; they start together.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import quote
 
 import pytest
@@ -56,22 +54,6 @@ def cases(host: str, tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
                                      {"MLFLOW_TRACKING_USERNAME": "admin",
                                       "MLFLOW_TRACKING_PASSWORD": PASSWORD}),
     }
-
-
-@contextlib.contextmanager
-def admin() -> Iterator[None]:
-    """Credentials for this process's own client, for as long as it looks."""
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME",
-                                            "MLFLOW_TRACKING_PASSWORD")}
-    os.environ.update(MLFLOW_TRACKING_USERNAME="admin", MLFLOW_TRACKING_PASSWORD=PASSWORD)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def env_for(case_dir: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -122,7 +104,9 @@ def recorded(tmp_path_factory):
                                "--experiment", "sync"], cwd=ROOT, env=env_for(folder, {}),
                               capture_output=True, text=True, timeout=600)
         out["sync"] = (folder, sync.returncode, sync.stdout, sync.stderr)
-        with admin():
+        with pytest.MonkeyPatch.context() as patch:  # this process's own client looks
+            patch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+            patch.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
             client = MlflowClient(server)
             runs = {}
             for name in out:
