@@ -20,7 +20,11 @@ def replaced(path: Path) -> Iterator[Path]:
     """A temporary path to write `path`'s new content to; renamed over `path` when the block
     ends without an error, removed when it raises."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        err.filename = str(path)  # the file meant, not its temporary name
+        raise
     os.close(fd)
     try:
         yield Path(tmp)
@@ -28,9 +32,11 @@ def replaced(path: Path) -> Iterator[Path]:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # as open() would have made it (mkstemp: 0600)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.filename == tmp:
+            err.filename = str(path)
         raise
 
 
