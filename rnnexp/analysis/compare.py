@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
+import os
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,9 +62,11 @@ EXIT_REGRESSION = exit_codes.REGRESSION
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = OneLineParser(prog="rnnexp compare",
                            description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("sweep", nargs="?", default=None,
-                        help="results folder, or MLflow parent run id or name of the sweep "
-                             "(default: the latest sweep in the store)")
+    parser.add_argument("sweeps", nargs="*", default=[], metavar="SWEEP",
+                        help="a results.json, a run or sweep folder (or a folder of them: "
+                             "outputs/runs), or an MLflow sweep's parent run id or name "
+                             "(default: the latest sweep in the store); two: the first is "
+                             "the baseline of the second, as --against (pyperf compare_to)")
     parser.add_argument("--baseline", default=None, metavar="KEY=VALUE",
                         help="e.g. backend=cudnn or model=lstm: differences against it")
     parser.add_argument("--against", default=None, metavar="SWEEP",
@@ -82,6 +87,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="also draw the roofline chart: <sweep folder>/summary/roofline.png "
                              "when the folder is on this machine, else beside the chart")
     args = parser.parse_args(argv)
+    two_given(args)
     if args.baseline and args.against:
         raise RnnexpError("--baseline and --against: choose one (a baseline option within "
                           "one sweep, or a baseline sweep)")
@@ -96,6 +102,45 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
+def two_given(args: argparse.Namespace) -> None:
+    """SWEEP, or BASELINE SWEEP (what `pyperf compare_to a.json b.json` users type): the
+    sweep compared (`args.sweep`) and the baseline sweep (`args.against`)."""
+    if len(args.sweeps) > 2:
+        raise RnnexpError(f"{len(args.sweeps)} sweeps given: compare one, or a baseline and a "
+                          "candidate (rnnexp compare BASELINE CANDIDATE)")
+    if len(args.sweeps) == 2 and args.against:
+        raise RnnexpError("two sweeps and --against: the first of the two is the baseline "
+                          "already — drop --against, or give one sweep")
+    if len(args.sweeps) == 2 and args.baseline:
+        raise RnnexpError("two sweeps and --baseline: the first of the two is the baseline "
+                          "— drop --baseline, or give one sweep")
+    args.sweep = args.sweeps[-1] if args.sweeps else None
+    if len(args.sweeps) == 2:
+        args.against = args.sweeps[0]
+    check_output(args.output)
+
+
+def check_output(png: Optional[Path]) -> None:
+    """--output names a file that can be made, before anything is read or drawn (a bad
+    argument: exit 2, as for hydra.run.dir)."""
+    if png is None:
+        return
+    if png.is_dir():
+        raise RnnexpError(f"--output {png}: is a folder — name a .png file in it")
+    parent = png.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        if not parent.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".rnnexp-check-", suffix=".png")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise RnnexpError(f"--output {png}: cannot be written in {parent} "
+                          f"({err.strerror or err}) — choose a writable folder") from None
+
+
 class Stores:
     """The MLflow store, opened only if a sweep is named by run id or name."""
 
@@ -103,10 +148,19 @@ class Stores:
         self.uri, self.experiment, self._conn = uri, experiment, None
 
     def load(self, name: Optional[str]) -> Sweep:
-        if name is not None and Path(name).is_dir():
+        """Results on disk when `name` is a path that exists or is plainly meant as one, else
+        the sweep recorded in MLflow under that run id or name (None: the latest)."""
+        if name is not None and (Path(name).expanduser().exists() or
+                                 sweeps.looks_like_a_path(name)):
             return sweeps.from_folder(Path(name))
         if self._conn is None:
-            self._conn = store.connect(self.uri, self.experiment, create=False)
+            try:
+                self._conn = store.connect(self.uri, self.experiment, create=False)
+            except store.StoreError as err:
+                if name is None:
+                    raise
+                raise RnnexpError(f"{name}: no such file or folder, nor a sweep to look up in "
+                                  f"MLflow ({err})") from None
         return sweeps.from_store(*self._conn, name)
 
     @property
@@ -424,18 +478,24 @@ def compare(args: argparse.Namespace) -> int:
         if c.bases is not None:
             c.cells = judge(c.runs, c.bases, args.min_effect / 100,
                             (args.fail_on_regression or 0) / 100)
-        keys = varying(c.runs)
+        keys = sweeps.told_apart(c.runs, varying(c.runs))
         console.print(table(c.runs, c.bases, c.cells, c.title, keys))
         if c.cells:
             console.print(how_judged(c.cells), highlight=False, markup=False)
         if compare_costs.recorded(c.runs):
             console.print(compare_costs.table(c.runs, c.bases, keys, c.title))
         png = args.output or Path("outputs/compare") / chart_name(c.sweep, args)
-        draw_chart(c, keys, png, stores.client)
-        if args.roofline:
-            draw_roofline(c.sweep, c.runs, keys, png, stores.client)
-        publish.write(report_of(c, keys, args), png.with_suffix(".html"), [c.sweep],
-                      stores.client, "compare")
+        try:
+            draw_chart(c, keys, png, stores.client)
+            if args.roofline:
+                draw_roofline(c.sweep, c.runs, keys, png, stores.client)
+            publish.write(report_of(c, keys, args), png.with_suffix(".html"), [c.sweep],
+                          stores.client, "compare")
+        except OSError as err:  # a full disk, a folder gone: the tables above stand
+            print_error(f"cannot write {err.filename or png} ({err.strerror or err}) — the "
+                        "comparison above is complete, its chart is not saved")
+            # A regression found is the gate's answer, and wins.
+            return verdict(c, args.fail_on_regression) or exit_codes.OUTPUT_FAILED
     return verdict(c, args.fail_on_regression)
 
 

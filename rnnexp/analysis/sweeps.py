@@ -13,9 +13,9 @@ from mlflow.exceptions import MlflowException
 
 from rnnexp.analysis import significance
 from rnnexp.errors import RnnexpError
-from rnnexp.results import sinks
+from rnnexp.results import saved
 from rnnexp.results.identity import MeasurementKey
-from rnnexp.results.result import OK, RESULTS_FILE, BrokenResults, PhaseStats, Result, Roofline, Row
+from rnnexp.results.result import RESULTS_FILE, BrokenResults, PhaseStats, Result, Roofline, Row
 from rnnexp.results.sinks.mlflow import runs
 
 # Phases compared: table prefix → Result phase.
@@ -44,6 +44,8 @@ class Run:
     def of(cls, job: str, result: Result, run_id: Optional[str] = None) -> Run:
         config = runs.flatten(result.config)
         config.update({g: str(v) for g, v in result.choices.items()})
+        config.update({WHEN: result.started_at[:19].replace("T", " "),
+                       COMMIT: result.git_commit[:10]})
         row = Row.of(job, result)
         row.run_id = run_id or ""
         return cls(row=row, result=result,
@@ -93,22 +95,32 @@ def comparable(flat: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in flat.items() if not k.startswith(("sinks", "env."))}
 
 
-def from_folder(folder: Path) -> Sweep:
-    """Every results.json under `folder` (a sweep folder, or one run's folder)."""
-    folder = Path(folder)
-    broken: list = []
-    jobs = sinks.load_jobs(folder, broken)
-    if broken:  # never counted as a result, never silently left out
-        raise broken[0]
-    for path, result in jobs:
-        if result.status == OK and not result.timed:
-            raise BrokenResults(path / RESULTS_FILE, "says ok but holds no timed phase")
-    if not jobs:
-        raise RnnexpError(f"{folder}: no results.json under this folder — name a run or "
-                          "sweep folder from outputs/, or a sweep recorded in MLflow")
-    return Sweep(name=str(folder), folder=folder,
-                 runs=[Run.of(str(path.relative_to(folder)) or ".", result)
-                       for path, result in jobs])
+def from_folder(path: Path) -> Sweep:
+    """The results a path names (rnnexp.results.saved): a results file, a run folder, a sweep
+    folder, or any folder of them (outputs/runs: every run in it)."""
+    found = saved.read(Path(path))
+    return Sweep(name=str(Path(path)), folder=found.folder,
+                 runs=[Run.of(str(folder.relative_to(found.folder)) or ".", result)
+                       for folder, result in found.jobs])
+
+
+def looks_like_a_path(name: str) -> bool:
+    """A name someone meant as a file or folder, not an MLflow run id or name."""
+    return "/" in name or name.startswith((".", "~")) or name.endswith(".json")
+
+
+# Shown when runs would read alike: when and from which code each was measured.
+WHEN, COMMIT = "date", "commit"
+
+
+def told_apart(runs: list[Run], keys: list[str]) -> list[str]:
+    """`keys`, with the date and commit of each run after them when runs would otherwise
+    show the same values (a folder of repeated runs, outputs/runs)."""
+    shown = [tuple(r.config.get(k) for k in keys) for r in runs]
+    if len(set(shown)) == len(shown):
+        return keys
+    return [*keys, *[k for k in (WHEN, COMMIT) if len({r.config.get(k) for r in runs}) > 1
+                     or k == WHEN]]
 
 
 def find_parent(client, exp_id: str, name: Optional[str]):
@@ -159,9 +171,13 @@ def read_runs(client, found) -> list[Run]:
             try:
                 path = client.download_artifacts(run.info.run_id, RESULTS_FILE,
                                                  f"{tmp}/{run.info.run_id}")
-                result = Result.load(Path(path))
-            except (OSError, ValueError, TypeError, MlflowException):
+            except (OSError, MlflowException):
                 continue  # a run that logged no result (declined before recording one)
+            try:
+                result = Result.load_checked(Path(path))
+            except BrokenResults as err:
+                raise RnnexpError(f"MLflow run {run.info.run_id} ({run.info.run_name}): its "
+                                  f"{RESULTS_FILE} {err.problem}") from None
             out.append(Run.of(run.info.run_name or "", result, run.info.run_id))
     return out
 
