@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install test test-gpu bench run sweep ui server lint docs clean clean-outputs
+.PHONY: help install browser test test-gpu gpu-check gpu-wheels bench run sweep ui server lint docs clean clean-outputs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -23,20 +23,44 @@ $(BIN)/python:
 # import hooks of setuptools' default editable mode).
 install: $(BIN)/python  ## create .venv and install rnnexp (editable) with test and docs tools
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev,docs]" --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q -e ".[dev,docs,history]" --config-settings editable_mode=compat
+
+# The report's browser tests and `make bench report` open pages in Debian's Chromium, driven by
+# Playwright (a dev dependency) through CHROMIUM; no browser is ever downloaded. Installed with
+# apt-get where missing (root); elsewhere those tests skip and say why.
+CHROMIUM ?= /usr/bin/chromium
+
+browser:  ## Debian's chromium for the report's browser tests (apt-get as root, where missing)
+	@test -x $(CHROMIUM) || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "make browser: $(CHROMIUM) missing; as root: apt-get install chromium" >&2; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+	@$(CHROMIUM) --version
 
 test:  ## run the test suite (CPU; GPU tests skip without a GPU)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The interpreter for the GPU targets: PYTHON when given (a GPU machine without .venv, its
+# dependencies from wheels on PYTHONPATH: docs/gpu.md), else .venv's if there is one.
+GPU_PY := $(if $(filter command line environment,$(origin PYTHON)),$(PYTHON),$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)))
+OUT ?=
+GPU_CHECK_ARGS ?=
+
 test-gpu:  ## on a GPU: the GPU-marked tests, one per point of docs/gpu.md
-	$(BIN)/python -m pytest -m gpu -v -rs tests/backends/test_gpu_paths.py tests/backends/test_backends.py $(PYTEST_ARGS)
-	$(BIN)/python -m rnnexp matrix --device cuda
+	$(GPU_PY) -m pytest -m gpu -v -rs tests/backends/test_gpu_paths.py tests/backends/test_backends.py $(PYTEST_ARGS)
+	$(GPU_PY) -m rnnexp matrix --device cuda
+
+gpu-check:  ## on a GPU: every GPU claim in one report (OUT=folder, GPU_CHECK_ARGS=--upstream .upstream)
+	$(GPU_PY) benchmarks/gpu_check.py $(if $(OUT),--out $(OUT)) $(GPU_CHECK_ARGS)
+
+gpu-wheels:  ## .whl/: rnnexp's dependencies as Python 3.12 wheels, for a GPU machine with no package index
+	bash benchmarks/gpu_wheels.sh
 
 run:  ## one default measurement
 	$(BIN)/python -m rnnexp
 
-bench:  ## speed goals: ratios measured side by side in one run
+bench:  ## speed goals: ratios measured side by side in one run; history and bisection checks
 	$(BIN)/python benchmarks/harness.py
+	$(BIN)/python benchmarks/history.py
 
 ui:  ## MLflow UI on 127.0.0.1:5000 over the project's store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000

@@ -2,7 +2,7 @@
 run (absolute times on a shared machine are noise; the inputs are printed with each ratio).
 
     python benchmarks/harness.py [overhead] [fastrnns] [fidelity] [aa] [compare] [spread]
-                                 (default: all)
+                                 [report] (default: all)
 
 - overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
   jobs' own work (timed samples, warm-up, verification), per job, from two sweeps of N1 and
@@ -43,6 +43,8 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   and, with `--baseline PATH`, in another one (before a change), with OpenMP's passive wait
   policy (OMP_WAIT_POLICY=PASSIVE), one intra-op thread, and pinned to one core (taskset),
   interleaved over `--rounds` rounds.
+- report: the HTML report of `--cells` cells — its cost at a sweep's end beside the
+  summary's, its size, and how fast it opens in headless Chromium (benchmarks/report_bench.py).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ UPSTREAM_ARGS = ["--device", "cpu", "--group", "rnns", "--seqLength", "20", "--i
                  "--hiddenSize", "128", "--miniBatch", "16", "--nloops", "100", "--warmup", "10"]
 
 
-PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "spread")
+PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "spread", "report")
 
 
 def load() -> str:
@@ -550,6 +552,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reruns", type=int, default=5, help="aa: reruns per first run")
     parser.add_argument("--processes", type=int, default=None,
                         help="compare: bench.processes (default: the configuration's)")
+    parser.add_argument("--cells", type=int, default=1000, help="report: cells (default 1000)")
+    parser.add_argument("--loads", type=int, default=5,
+                        help="report: times each report is opened in Chromium")
     args = parser.parse_args(argv)
     parts = args.parts or list(PARTS)
     unknown = sorted(set(parts) - set(PARTS))
@@ -575,6 +580,10 @@ def main(argv: list[str] | None = None) -> None:
     if "compare" in parts:
         with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
             comparisons(args.trials, Path(tmp), args.processes)
+    if "report" in parts:
+        from report_bench import report
+
+        report(args.cells, args.loads)
 
 
 if __name__ == "__main__":

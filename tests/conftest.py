@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import pytest
 import torch
@@ -92,16 +93,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    """A real `mlflow server` on 127.0.0.1 (SQLite store, served artifacts), as `make server`."""
+@contextlib.contextmanager
+def serving_mlflow(folder: Path, admin_password: str | None = None) -> Iterator[str]:
+    """A real `mlflow server` on 127.0.0.1 (SQLite store, served artifacts, in `folder`), as
+    `make server`; with `admin_password`, behind MLflow's own basic authentication
+    (`--app-name basic-auth`: user `admin`, every request without it answered 401)."""
     port = free_port()
+    auth, env = [], dict(os.environ)
+    if admin_password is not None:
+        auth = ["--app-name", "basic-auth"]
+        # A password check costs a PBKDF2 hash: cached, the server answers a test's many
+        # requests in time on a busy machine.
+        (folder / "basic_auth.ini").write_text(
+            "[mlflow]\ndefault_permission = READ\n"
+            f"database_uri = sqlite:///{folder / 'basic_auth.db'}\nadmin_username = admin\n"
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+            "auth_cache_ttl_seconds = 600\n")
+        env.update(MLFLOW_AUTH_ADMIN_PASSWORD=admin_password,
+                   MLFLOW_AUTH_CONFIG_PATH=str(folder / "basic_auth.ini"),
+                   MLFLOW_FLASK_SERVER_SECRET_KEY="rnnexp-tests")
+        for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+            env.pop(key, None)
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "server-artifacts")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+         "--port", str(port), "--workers", "1", *auth,
+         "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
+         "--artifacts-destination", str(folder / "server-artifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder, env=env)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -119,3 +137,10 @@ def mlflow_server(tmp_path):
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """A real `mlflow server` on 127.0.0.1 (SQLite store, served artifacts), as `make server`."""
+    with serving_mlflow(tmp_path) as uri:
+        yield uri

@@ -26,3 +26,49 @@ def out_of_memory(spec: WorkloadSpec, **options) -> Workload:
     """Asks the allocator for far more than any machine has (a real allocation failure)."""
     torch.empty(1 << 50, dtype=torch.uint8)  # 1 PiB
     raise AssertionError("unreachable: the allocation above cannot succeed")
+
+
+# Where `stalling` says that it stalls (the phase and its process id), for the test to act.
+STALLED_ENV = "RNNEXP_TEST_STALLED"
+# The functions that call a workload's forward while it is verified or timed.
+PHASE_CALLERS = {"verify": ("verify.py", "verify"), "timing": ("measurer.py", "round")}
+
+
+def _stall(phase: str) -> None:
+    import os
+    import time
+
+    with open(os.environ[STALLED_ENV], "a") as f:
+        f.write(f"{phase} {os.getpid()}\n")
+    while True:
+        time.sleep(1)
+
+
+def _called_from(caller: tuple[str, str]) -> bool:
+    import sys
+
+    frame = sys._getframe()
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.endswith(caller[0]) and code.co_name == caller[1]:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def stalling(spec: WorkloadSpec, phase: str = "build", **options) -> Workload:
+    """nn.LSTM that stops for good in `phase` — build (in this factory), verify or timing (its
+    forward, called from there) — after writing `<phase> <pid>` to the file STALLED_ENV
+    names."""
+    if phase == "build":
+        _stall(phase)
+    workload = native.lstm(spec)
+    forward = workload.forward
+
+    def stalls(*args):
+        if _called_from(PHASE_CALLERS[phase]):
+            _stall(phase)
+        return forward(*args)
+
+    workload.forward = stalls
+    return workload

@@ -103,6 +103,11 @@ class RnnexpLauncher(Launcher):
                     for rest in members[i + 1:]:
                         self._run(configs[rest.num], outcomes.get(rest.num))
                     raise
+                except OSError:
+                    # Hydra could not make a job's folder (a full disk): the sweep stops, and
+                    # what this window measured is kept elsewhere, each said in one line.
+                    launch.keep_measured([outcomes.get(rest.num) for rest in members[i:]])
+                    raise
         return [returns[num] for num in sorted(returns)]
 
     def _run(self, cfg: DictConfig, outcome: object = None) -> JobReturn:

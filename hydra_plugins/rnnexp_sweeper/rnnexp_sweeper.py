@@ -73,13 +73,14 @@ class RnnexpSweeper(Sweeper):
         def composed() -> Iterator[DictConfig]:
             for job in batch:
                 cfg = compositions.load_sweep_config(loader, master, job)
+                self.choices.append(config_check.app_choices(cfg.hydra.runtime.choices))
+                yield cfg  # checked first: what follows resolves it
                 # What this job's config files hold that the sweep's base did not: a
                 # credential (rnnexp.config.credentials), to be hidden in this job too.
                 app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-                self.choices.append(config_check.app_choices(cfg.hydra.runtime.choices))
-                self.hidden.append(credentials.hidden_overrides(
-                    OmegaConf.to_container(app, resolve=True)))
-                yield cfg
+                with config_check.hydra_resolvable(cfg):
+                    plain = OmegaConf.to_container(app, resolve=True)
+                self.hidden.append(credentials.hidden_overrides(plain))
 
         self.checked = config_check.check_composed(composed(), multirun=True)
 
@@ -93,8 +94,17 @@ class RnnexpSweeper(Sweeper):
         return batch
 
     def sweep(self, arguments: List[str]) -> Any:
+        from rnnexp.app import config_check
+
+        assert self.config is not None and self.launcher is not None
+        # `${hydra:…}` in the sweep's own config (its sinks) resolves as in its jobs, where
+        # Hydra sets it for each job.
+        with config_check.hydra_resolvable(self.config):
+            return self._sweep(arguments)
+
+    def _sweep(self, arguments: List[str]) -> Any:
         from hydra_plugins.rnnexp_launcher.rnnexp_launcher import RnnexpLauncher
-        from rnnexp.app import run_dir
+        from rnnexp.app import run_dir, stopping
         from rnnexp.app.callback import SweepRecord, prestart_workers
 
         assert self.config is not None and self.launcher is not None
@@ -108,6 +118,7 @@ class RnnexpSweeper(Sweeper):
         folder.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, folder / "multirun.yaml")
         record = SweepRecord.start(self.config, batch, self.checked, self.choices)
+        stopping.jobs_end_with_this_process(self.config.hydra.launcher)
         with record.ended_if_stopped():
             if isinstance(self.launcher, RnnexpLauncher):
                 returns = self.launcher.launch_checked(batch, 0, self.checked)

@@ -25,13 +25,18 @@ compile time, steady iteration) and, against a baseline, the break-even: after h
 iterations the run, start-up included, has cost less than its baseline (rnnexp.models.compile_cost).
 The chart is saved (and logged to the sweep's parent run when it is in MLflow): with a
 baseline, both sides of every cell and the speedup; with `--roofline` the sweep's roofline
-chart (rnnexp.analysis.roofline_chart) too.
+chart (rnnexp.analysis.roofline_chart) too. Beside the chart, the comparison's HTML report
+(rnnexp.analysis.report: matrix, forest plot, roofline, every cell's details), logged there
+too.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import errno
+import os
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +47,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from rnnexp.analysis import compare_chart, compare_costs, roofline_chart, significance, sweeps
+from rnnexp.analysis.report import build, publish
+from rnnexp.analysis.report.model import Report
 from rnnexp.analysis.significance import Difference
 from rnnexp.analysis.sweeps import PHASES, Run, Sweep
 from rnnexp.config.credentials import redact
@@ -50,7 +57,7 @@ from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.machine.environment import BUSY
 from rnnexp.results import exit_codes, summary
 from rnnexp.results.report import console, print_error, print_warning
-from rnnexp.results.result import OK, format_ms, label
+from rnnexp.results.result import OK, label
 from rnnexp.results.sinks.mlflow import store
 
 EXIT_USER_ERROR = exit_codes.USER_ERROR
@@ -60,9 +67,11 @@ EXIT_REGRESSION = exit_codes.REGRESSION
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = OneLineParser(prog="rnnexp compare",
                            description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("sweep", nargs="?", default=None,
-                        help="results folder, or MLflow parent run id or name of the sweep "
-                             "(default: the latest sweep in the store)")
+    parser.add_argument("sweeps", nargs="*", default=[], metavar="SWEEP",
+                        help="a results.json, a run or sweep folder (or a folder of them: "
+                             "outputs/runs), or an MLflow sweep's parent run id or name "
+                             "(default: the latest sweep in the store); two: the first is "
+                             "the baseline of the second, as --against (pyperf compare_to)")
     parser.add_argument("--baseline", default=None, metavar="KEY=VALUE",
                         help="e.g. backend=cudnn or model=lstm: differences against it")
     parser.add_argument("--against", default=None, metavar="SWEEP",
@@ -83,6 +92,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="also draw the roofline chart: <sweep folder>/summary/roofline.png "
                              "when the folder is on this machine, else beside the chart")
     args = parser.parse_args(argv)
+    two_given(args)
     if args.baseline and args.against:
         raise RnnexpError("--baseline and --against: choose one (a baseline option within "
                           "one sweep, or a baseline sweep)")
@@ -97,6 +107,45 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
+def two_given(args: argparse.Namespace) -> None:
+    """SWEEP, or BASELINE SWEEP (what `pyperf compare_to a.json b.json` users type): the
+    sweep compared (`args.sweep`) and the baseline sweep (`args.against`)."""
+    if len(args.sweeps) > 2:
+        raise RnnexpError(f"{len(args.sweeps)} sweeps given: compare one, or a baseline and a "
+                          "candidate (rnnexp compare BASELINE CANDIDATE)")
+    if len(args.sweeps) == 2 and args.against:
+        raise RnnexpError("two sweeps and --against: the first of the two is the baseline "
+                          "already — drop --against, or give one sweep")
+    if len(args.sweeps) == 2 and args.baseline:
+        raise RnnexpError("two sweeps and --baseline: the first of the two is the baseline "
+                          "— drop --baseline, or give one sweep")
+    args.sweep = args.sweeps[-1] if args.sweeps else None
+    if len(args.sweeps) == 2:
+        args.against = args.sweeps[0]
+    check_output(args.output)
+
+
+def check_output(png: Optional[Path]) -> None:
+    """--output names a file that can be made, before anything is read or drawn (a bad
+    argument: exit 2, as for hydra.run.dir)."""
+    if png is None:
+        return
+    if png.is_dir():
+        raise RnnexpError(f"--output {png}: is a folder — name a .png file in it")
+    parent = png.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        if not parent.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".rnnexp-check-", suffix=".png")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise RnnexpError(f"--output {png}: cannot be written in {parent} "
+                          f"({err.strerror or err}) — choose a writable folder") from None
+
+
 class Stores:
     """The MLflow store, opened only if a sweep is named by run id or name."""
 
@@ -104,19 +153,24 @@ class Stores:
         self.uri, self.experiment, self._conn = uri, experiment, None
 
     def load(self, name: Optional[str]) -> Sweep:
-        if name is not None and Path(name).is_dir():
+        """Results on disk when `name` is a path that exists or is plainly meant as one, else
+        the sweep recorded in MLflow under that run id or name (None: the latest)."""
+        if name is not None and (Path(name).expanduser().exists() or
+                                 sweeps.looks_like_a_path(name)):
             return sweeps.from_folder(Path(name))
         if self._conn is None:
-            self._conn = store.connect(self.uri, self.experiment, create=False)
+            try:
+                self._conn = store.connect(self.uri, self.experiment, create=False)
+            except store.StoreError as err:
+                if name is None:
+                    raise
+                raise RnnexpError(f"{name}: no such file or folder, nor a sweep to look up in "
+                                  f"MLflow ({err})") from None
         return sweeps.from_store(*self._conn, name)
 
     @property
     def client(self):
         return self._conn[0] if self._conn else None
-
-
-def median(run: Run, phase: str) -> Optional[float]:
-    return getattr(run.row, f"{phase}_median_ms")
 
 
 def _linked(key: str, name: str) -> bool:
@@ -126,19 +180,25 @@ def _linked(key: str, name: str) -> bool:
 
 def parse_baseline(text: str, runs: list[Run]) -> tuple[str, str]:
     """--baseline KEY=VALUE on any config field or group of the sweep."""
+    return parse_choice(text, runs, "--baseline", "this sweep")
+
+
+def parse_choice(text: str, runs: list[Run], option: str, scope: str) -> tuple[str, str]:
+    """KEY=VALUE on any config field or group of `runs` (`option` and `scope` name them in
+    errors) that some timed run has: how compare, and the tools beside it, select runs."""
     key, sep, value = text.partition("=")
     if not sep or not key or not value:
-        raise RnnexpError(f"--baseline '{text}': expected KEY=VALUE, e.g. model=lstm or "
+        raise RnnexpError(f"{option} '{text}': expected KEY=VALUE, e.g. model=lstm or "
                           "shape.seq_len=20")
     fields = sorted({k for r in runs for k in r.config})
     if key not in fields:
         varied = [k for k in fields if len({r.config.get(k) for r in runs}) > 1]
-        raise RnnexpError(f"--baseline {key}: not a config field of this sweep — "
+        raise RnnexpError(f"{option} {key}: not a config field of {scope} — "
                           + (f"it varies in {', '.join(varied)}" if varied else
                              "nothing varies in it") + _did_you_mean(key, fields))
     values = sorted({r.config.get(key, "?") for r in runs})
     if not any(r.config.get(key) == value and r.row.fwd_median_ms is not None for r in runs):
-        raise RnnexpError(f"--baseline {text}: matches no timed run of this sweep — "
+        raise RnnexpError(f"{option} {text}: matches no timed run of {scope} — "
                           f"{key} was {', '.join(values)}")
     return key, value
 
@@ -257,8 +317,10 @@ LINKED = {"deepbench": ("shape",)}
 
 
 def varying(runs: list[Run]) -> list[str]:
-    """The config fields that tell the runs apart (groups first), at least one."""
-    keys = sorted({k for r in runs for k in r.config},
+    """The config fields that tell the runs apart (groups first), at least one. When and
+    from which commit each was measured are not among them (sweeps.told_apart adds them
+    where nothing else does)."""
+    keys = sorted({k for r in runs for k in r.config} - {sweeps.WHEN, sweeps.COMMIT},
                   key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))
     vary = [k for k in keys if len({r.config.get(k) for r in runs}) > 1]
     # A group's own sub-fields vary with it: the group names the row already.
@@ -286,19 +348,9 @@ def caption(compared: bool) -> str:
             "drifting)")
 
 
-def level_ms(d: Optional[Difference], side: str, run: Run, p: str) -> str:
-    """A side's level as the comparison `d` estimates it; median ± IQR/2 without one."""
-    value = getattr(d, f"{side}_ms", None) if d is not None else None
-    if value is not None and value == value:  # not NaN
-        return f"{value:.3f}"
-    return format_ms(median(run, p), getattr(run.row, f"{p}_iqr_ms"))
-
-
 def processes_cell(cells: Cells, i: int) -> str:
     d = next((cells[(i, p)] for p, _ in PHASES if (i, p) in cells), None)
-    if d is None:
-        return "—"
-    return f"{d.processes[0]}/{d.processes[1]}" + (" shared" if d.shared else "")
+    return "—" if d is None else d.processes_text
 
 
 def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, title: str,
@@ -321,9 +373,9 @@ def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, t
         for p, _ in PHASES:
             d = cells.get((i, p))
             if bases is not None:
-                row.append("(this run)" if base is r else level_ms(d, "baseline", base, p)
+                row.append("(this run)" if base is r else base.shown_ms(p, d and d.baseline_ms)
                            if base else "no match")
-            row.append(level_ms(d, "candidate", r, p))
+            row.append(r.shown_ms(p, d and d.candidate_ms))
             if bases is not None:
                 mark = " !" if d and (flagged(r) or flagged(base)) else ""
                 row.append("base" if base is r else d.cell() + mark if d else "—")
@@ -449,17 +501,39 @@ def compare(args: argparse.Namespace) -> int:
         if c.bases is not None:
             c.cells = judge(c.runs, c.bases, args.min_effect / 100,
                             (args.fail_on_regression or 0) / 100)
-        keys = varying(c.runs)
+        keys = sweeps.told_apart(c.runs, varying(c.runs))
         console.print(table(c.runs, c.bases, c.cells, c.title, keys))
         if c.cells:
             console.print(how_judged(c.cells), highlight=False, markup=False)
         if compare_costs.recorded(c.runs):
             console.print(compare_costs.table(c.runs, c.bases, keys, c.title))
         png = args.output or Path("outputs/compare") / chart_name(c.sweep, args)
-        draw_chart(c, keys, png, stores.client)
-        if args.roofline:
-            draw_roofline(c.sweep, c.runs, keys, png, stores.client)
+        try:
+            draw_chart(c, keys, png, stores.client)
+            if args.roofline:
+                draw_roofline(c.sweep, c.runs, keys, png, stores.client)
+            publish.write(report_of(c, keys, args), png.with_suffix(".html"), [c.sweep],
+                          stores.client, "compare")
+        except OSError as err:  # a full disk, a folder gone: the tables above stand
+            print_error(f"cannot write {err.filename or png} ({err.strerror or err}) — the "
+                        "comparison above is complete, its chart is not saved")
+            # A regression found is the gate's answer, and wins.
+            return verdict(c, args.fail_on_regression) or exit_codes.OUTPUT_FAILED
     return verdict(c, args.fail_on_regression)
+
+
+def report_of(c: Comparison, keys: list[str], args: argparse.Namespace,
+              sources: Sequence[str] = ()) -> Report:
+    """The comparison as an HTML report's data (rnnexp.analysis.report), judged as above."""
+    gate = None if args.fail_on_regression is None else args.fail_on_regression / 100
+    return build.report(
+        c.title, sources or [c.sweep.name], c.runs, c.bases, c.cells, keys,
+        baseline=args.baseline or f"sweep {args.against}", min_effect=args.min_effect / 100,
+        gate=gate, how_judged=how_judged(c.cells) if c.cells else "",
+        regressions=regressions(c.runs, c.cells, args.fail_on_regression) if gate else [],
+        flagged=doubtful_cells(c.runs, c.bases, c.cells),
+        sides=(f"baseline sweep {args.against}", "this sweep") if args.against else
+        (f"baseline {args.baseline}", "the rest"))
 
 
 def chart_name(sweep: Sweep, args: argparse.Namespace) -> str:

@@ -37,13 +37,15 @@ def draw(runs: Sequence[Run], bases: Sequence[Optional[Run]],
     import matplotlib.pyplot as plt
     import numpy as np
 
-    rows = [i for i, (r, b) in enumerate(zip(runs, bases, strict=True))
-            if b is not None and b is not r and any((i, p) in cells for p, _ in PHASES)]
-    phases = [(p, name) for p, name in PHASES if any((i, p) in cells for i in rows)]
+    compared = [i for i, (r, b) in enumerate(zip(runs, bases, strict=True))
+                if b is not None and b is not r and any((i, p) in cells for p, _ in PHASES)]
+    phases = [(p, name) for p, name in PHASES if any((i, p) in cells for i in compared)]
     fig, axes = plt.subplots(1, max(1, len(phases)), squeeze=False,
-                             figsize=(max(6.0, 1.1 * len(rows) + 2) * max(1, len(phases)),
+                             figsize=(max(6.0, 1.1 * len(compared) + 2) * max(1, len(phases)),
                                       4.8))
     for ax, (p, _) in zip(axes[0], phases, strict=False):
+        # A row compared in one phase only (a forward-only model) has no bar in the other.
+        rows = [i for i in compared if (i, p) in cells]
         x = np.arange(len(rows))
         values = []
         for offset, side, color, name in ((-0.2, "base", "#8c8c8c", "baseline"),

@@ -88,6 +88,11 @@ class Difference:
         return math.expm1((math.log(self.high) - math.log(self.low)) / 2)
 
     @property
+    def processes_text(self) -> str:
+        """How many processes each side had: "3/3", "3/3 shared" (the same workers)."""
+        return f"{self.processes[0]}/{self.processes[1]}" + (" shared" if self.shared else "")
+
+    @property
     def verdict(self) -> str:
         if self.real:
             return "faster" if self.speedup > 1 else "slower"

@@ -13,9 +13,17 @@ from mlflow.exceptions import MlflowException
 
 from rnnexp.analysis import significance
 from rnnexp.errors import RnnexpError
-from rnnexp.results import sinks
+from rnnexp.results import saved
 from rnnexp.results.identity import MeasurementKey
-from rnnexp.results.result import OK, RESULTS_FILE, BrokenResults, PhaseStats, Result, Roofline, Row
+from rnnexp.results.result import (
+    RESULTS_FILE,
+    BrokenResults,
+    PhaseStats,
+    Result,
+    Roofline,
+    Row,
+    format_ms,
+)
 from rnnexp.results.sinks.mlflow import runs
 
 # Phases compared: table prefix → Result phase.
@@ -44,6 +52,8 @@ class Run:
     def of(cls, job: str, result: Result, run_id: Optional[str] = None) -> Run:
         config = runs.flatten(result.config)
         config.update({g: str(v) for g, v in result.choices.items()})
+        config.update({WHEN: result.started_at[:19].replace("T", " "),
+                       COMMIT: result.git_commit[:10]})
         row = Row.of(job, result)
         row.run_id = run_id or ""
         return cls(row=row, result=result,
@@ -66,6 +76,14 @@ class Run:
 
     def stats(self, phase: str) -> PhaseStats:
         return self.result.phase(dict(PHASES)[phase])
+
+    def shown_ms(self, phase: str, level: Optional[float] = None) -> str:
+        """Its figure beside a comparison: the `level` the comparison's speedup is a ratio
+        of (significance.Difference.baseline_ms / candidate_ms), else median ± IQR/2."""
+        if level is not None and level == level:  # not NaN
+            return f"{level:.3f}"
+        return format_ms(getattr(self.row, f"{phase}_median_ms"),
+                         getattr(self.row, f"{phase}_iqr_ms"))
 
     def side(self, phase: str) -> significance.Side:
         """Its side of a paired comparison in its window: round medians, worker processes,
@@ -102,22 +120,32 @@ def comparable(flat: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in flat.items() if not k.startswith(("sinks", "env."))}
 
 
-def from_folder(folder: Path) -> Sweep:
-    """Every results.json under `folder` (a sweep folder, or one run's folder)."""
-    folder = Path(folder)
-    broken: list = []
-    jobs = sinks.load_jobs(folder, broken)
-    if broken:  # never counted as a result, never silently left out
-        raise broken[0]
-    for path, result in jobs:
-        if result.status == OK and not result.timed:
-            raise BrokenResults(path / RESULTS_FILE, "says ok but holds no timed phase")
-    if not jobs:
-        raise RnnexpError(f"{folder}: no results.json under this folder — name a run or "
-                          "sweep folder from outputs/, or a sweep recorded in MLflow")
-    return Sweep(name=str(folder), folder=folder,
-                 runs=[Run.of(str(path.relative_to(folder)) or ".", result)
-                       for path, result in jobs])
+def from_folder(path: Path) -> Sweep:
+    """The results a path names (rnnexp.results.saved): a results file, a run folder, a sweep
+    folder, or any folder of them (outputs/runs: every run in it)."""
+    found = saved.read(Path(path))
+    return Sweep(name=str(Path(path)), folder=found.folder,
+                 runs=[Run.of(str(folder.relative_to(found.folder)) or ".", result)
+                       for folder, result in found.jobs])
+
+
+def looks_like_a_path(name: str) -> bool:
+    """A name someone meant as a file or folder, not an MLflow run id or name."""
+    return "/" in name or name.startswith((".", "~")) or name.endswith(".json")
+
+
+# Shown when runs would read alike: when and from which code each was measured.
+WHEN, COMMIT = "date", "commit"
+
+
+def told_apart(runs: list[Run], keys: list[str]) -> list[str]:
+    """`keys`, with the date and commit of each run after them when runs would otherwise
+    show the same values (a folder of repeated runs, outputs/runs)."""
+    shown = [tuple(r.config.get(k) for k in keys) for r in runs]
+    if len(set(shown)) == len(shown):
+        return keys
+    return [*keys, *[k for k in (WHEN, COMMIT) if len({r.config.get(k) for r in runs}) > 1
+                     or k == WHEN]]
 
 
 def find_parent(client, exp_id: str, name: Optional[str]):
@@ -160,6 +188,25 @@ def say_skipped(empty: list) -> None:
                       f"{ended(empty[0])}", highlight=False, markup=False, soft_wrap=True)
 
 
+def read_runs(client, found) -> list[Run]:
+    """MLflow job runs as Runs, each read from the results.json it logged."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="rnnexp-compare-") as tmp:
+        for run in found:
+            try:
+                path = client.download_artifacts(run.info.run_id, RESULTS_FILE,
+                                                 f"{tmp}/{run.info.run_id}")
+            except (OSError, MlflowException):
+                continue  # a run that logged no result (declined before recording one)
+            try:
+                result = Result.load_checked(Path(path))
+            except BrokenResults as err:
+                raise RnnexpError(f"MLflow run {run.info.run_id} ({run.info.run_name}): its "
+                                  f"{RESULTS_FILE} {err.problem}") from None
+            out.append(Run.of(run.info.run_name or "", result, run.info.run_id))
+    return out
+
+
 def from_store(client, exp_id: str, name: Optional[str]) -> Sweep:
     """The sweep with this parent run id or name (default: the latest) and its job runs, each
     read from the results.json it logged."""
@@ -167,16 +214,7 @@ def from_store(client, exp_id: str, name: Optional[str]) -> Sweep:
     found = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = "
                                                        f"'{parent.info.run_id}'",
                                max_results=10000)
-    out = []
-    with tempfile.TemporaryDirectory(prefix="rnnexp-compare-") as tmp:
-        for run in found:
-            try:
-                path = client.download_artifacts(run.info.run_id, RESULTS_FILE,
-                                                 f"{tmp}/{run.info.run_id}")
-                result = Result.load(Path(path))
-            except (OSError, ValueError, TypeError, MlflowException):
-                continue  # a run that logged no result (declined before recording one)
-            out.append(Run.of(run.info.run_name or "", result, run.info.run_id))
+    out = read_runs(client, found)
     if not out:
         raise RnnexpError(f"sweep '{parent.info.run_name}' has no job runs with a result "
                           "(yet)")

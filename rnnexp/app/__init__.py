@@ -1,2 +1,2 @@
 """The commands and Hydra's entry points: the `rnnexp` app, its config check, sweep
-launch, callbacks, and the matrix and sync commands. May import every stage."""
+launch, callbacks, and the matrix, sync, history and bisect commands. May import every stage."""

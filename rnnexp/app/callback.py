@@ -115,12 +115,14 @@ class SweepRecord:
         sweep.save()
         return cls(config, targets, sweep, jobs, configs, choices)
 
-    def abort(self, result: Result) -> None:
+    def abort(self, result: Result, unfinished: bool = True) -> None:
         """The sweep was cut short, with `result`'s status: its job processes end
         (rnnexp.app.stopping), the jobs that started and left no result are recorded with that
-        status, and the sinks are told (the parent run ends)."""
+        status (unless `unfinished` is false: their folders could not be written, and what
+        was measured of them is kept elsewhere already), and the sinks are told (the parent
+        run ends)."""
         stopping.end_jobs()
-        for folder in recording.started_without_result(self.sweep.path):
+        for folder in recording.started_without_result(self.sweep.path) if unfinished else ():
             unfinished = self.unfinished_job(folder, result)
             if unfinished is not None:
                 recording.publish(self.targets, unfinished, folder, self.sweep)
@@ -149,6 +151,12 @@ class SweepRecord:
                 reason = f"interrupted ({signal_name(signals.signum_of(err))})"
                 self.abort(Result(choices={}, overrides=[], config={}, status=INTERRUPTED,
                                   reason=reason))
+            raise
+        except OSError as err:  # a full disk, a folder gone: the jobs were stopped by it
+            exit_codes.note_unwritten()
+            self.abort(Result(choices={}, overrides=[], config={}, status=INTERRUPTED,
+                              reason=f"the sweep stopped: cannot write {err.filename or ''} "
+                                     f"({err.strerror or err})"), unfinished=False)
             raise
         except Exception as err:
             self.abort(Result(choices={}, overrides=[], config={}, status=CRASHED,

@@ -26,6 +26,7 @@ from rnnexp.app import (  # cli_help: the resolver `rnnexp --help` lists the gro
     config_check,
     launch,
     recording,
+    stopping,
 )
 from rnnexp.config import credentials, hydra_private, kernel_plugins, schema
 from rnnexp.errors import (
@@ -208,6 +209,7 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None,
     # skip it (one cost 0.3 s in a 16-job sweep).
     timing.freeze_once()
     signals.install()  # also in a launcher's own job process (submitit, joblib's workers)
+    stopping.end_with_launcher()  # such a process ends with the sweep's launching process
     task = Task.of(cfg, checked)
     if task.skipped():
         return "skipped"
@@ -306,7 +308,13 @@ def main() -> None:
         sys.exit(exit_codes.for_signal(signum))
     except RnnexpError as err:  # a run's or a sweep's check (callback, sweeper)
         fail(str(err))
-    except Exception as err:  # Hydra's own (a folder it cannot create, ...)
+    except OSError as err:  # once running: a folder or file that cannot be written
+        if full_error():
+            raise
+        print_error(f"cannot write {err.filename or 'an output'} ({err.strerror or err}) — "
+                    "stopped; what was recorded before is kept")
+        sys.exit(exit_codes.OUTPUT_FAILED)
+    except Exception as err:  # Hydra's own (a config it cannot load, ...)
         if full_error():
             raise
         fail(config_check.one_line(err))

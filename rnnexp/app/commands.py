@@ -1,12 +1,13 @@
 """`rnnexp [COMMAND] ARGS`: the Hydra app, or one of the tools beside it — and the one error
 boundary they all share.
 
-`rnnexp compare|matrix|sync|roofline ARGS` (or `python -m rnnexp COMMAND ARGS`) runs that
-tool; anything else is the Hydra app (`rnnexp model=jit backend=te`, `rnnexp -m ...`). A
-Hydra override always holds `=` or starts with `-`, `+` or `~`, so a bare command word is
-never one. The boundary: a problem the user can fix (RnnexpError) is one line and exit 2,
-Ctrl-C or SIGTERM exit 128 + the signal, any other failure one line naming it and exit 1
-(HYDRA_FULL_ERROR=1 shows the traceback), as rnnexp.results.exit_codes documents.
+`rnnexp compare|report|matrix|sync|roofline|history|bisect ARGS` (or `python -m rnnexp
+COMMAND ARGS`) runs that tool; anything else is the Hydra app (`rnnexp model=jit
+backend=te`, `rnnexp -m ...`). A Hydra override always holds `=` or starts with `-`, `+` or
+`~`, so a bare command word is never one. The boundary: a problem the user can fix
+(RnnexpError) is one line and exit 2, Ctrl-C or SIGTERM exit 128 + the signal, any other
+failure one line naming it and exit 1 (HYDRA_FULL_ERROR=1 shows the traceback), as
+rnnexp.results.exit_codes documents.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from typing import Callable, Optional, Sequence
 # command → the module whose `main(argv)` it runs
 COMMANDS = {
     "compare": "rnnexp.analysis.compare",
+    "report": "rnnexp.analysis.report.command",
     "matrix": "rnnexp.app.matrix",
     "sync": "rnnexp.app.sync",
     "roofline": "rnnexp.run.roofline",
+    "history": "rnnexp.app.history",
+    "bisect": "rnnexp.app.bisect",
 }
 
 

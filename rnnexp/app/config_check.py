@@ -16,6 +16,7 @@ would work.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import difflib
 import itertools
@@ -27,11 +28,12 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from rnnexp.config import compositions, credentials, hydra_private, kernel_plugins, targets
@@ -82,10 +84,21 @@ def _no_list(override: Override) -> ConfigError:
                        "no list of values to run", "use range(start,stop,step) or a,b,c")
 
 
+def _nothing_selected(override: Override) -> ConfigError:
+    """A sweep whose values are none (glob() matching no option, range(0,0)) would be a
+    sweep of no job: refused, never run as an empty sweep."""
+    key = override.key_or_group
+    options = group_options(key)
+    return ConfigError(key, f"{override.input_line}: selects no value — the sweep would have "
+                       "no job", f"choose from: {', '.join(options)}" if options else
+                       "give at least one value")
+
+
 def expand(parsed: Sequence[Override]) -> list[list[str]]:
     """The jobs of a sweep in Hydra's override grammar: every combination of each key's
     values (a list, `range()`, `choice()`, `glob()`), in command-line order; a key given
-    twice takes its last value, as Hydra's basic sweeper does."""
+    twice takes its last value, as Hydra's basic sweeper does (the command line itself may
+    not: `check_command_line`), so a preset's parameter gives way to the command line's."""
     by_key: dict[str, list[str]] = {}
     for override in parsed:
         key = override.get_key_element()
@@ -93,9 +106,29 @@ def expand(parsed: Sequence[Override]) -> list[list[str]]:
             by_key[key] = [f"{key}={override.get_value_element_as_str()}"]
         elif override.is_discrete_sweep():
             by_key[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+            if not by_key[key]:
+                raise _nothing_selected(override)
         else:
             raise _no_list(override)
     return [list(job) for job in itertools.product(*by_key.values())]
+
+
+def _given_twice(parsed: Sequence[Override]) -> None:
+    """A key given twice on one command line (`model=lstm model=gru`) is refused: Hydra would
+    take the last without a word, so a preset line pasted before a choice, or a typo in a long
+    command, would measure something else than the command reads. Runs and sweeps alike."""
+    seen: dict[str, Override] = {}
+    for override in parsed:
+        key = override.key_or_group + (f"@{override.package}" if override.package else "")
+        first = seen.get(key)
+        if first is not None:
+            both = [first.input_line, override.input_line]
+            values = ",".join(o.input_line.split("=", 1)[1] for o in (first, override)
+                              if "=" in o.input_line)
+            raise ConfigError(override.key_or_group, f"given twice ({' then '.join(both)})",
+                              "give it once; to measure each, sweep them: "
+                              f"-m {override.key_or_group}={values}")
+        seen[key] = override
 
 
 def expand_jobs(overrides: Sequence[str], multirun: bool,
@@ -141,7 +174,7 @@ def one_line(err: BaseException) -> str:
         if "not in" in msg and key:
             return f"{key}: no such field — {_suggest(key, getattr(cause, 'object_type', None))}"
         return f"{key}: {msg}" if key else msg
-    return str(err).strip().splitlines()[0]
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _suggest(key: str, schema: Any) -> str:
@@ -166,8 +199,11 @@ def check_command_line(overrides: Sequence[str]) -> None:
         except (OverrideParseException, ValueError) as err:  # ValueError: a 5000-digit int
             shown = text if len(text) <= 80 else text[:60] + "…"
             raise RnnexpError(f"{shown}: {one_line(err)}") from None
+    _given_twice(parsed)
     for override in parsed:
         key = override.key_or_group
+        if override.is_discrete_sweep() and not list(override.sweep_iterator()):
+            raise _nothing_selected(override)
         if loader is not None and not override.is_delete() and override.value() is None \
                 and compositions.is_group(loader, key):
             raise ConfigError(key, "null is not an option of this group",
@@ -251,13 +287,43 @@ def check_run(cfg: DictConfig, multirun: bool) -> None:
             raise ConfigError(f"hydra.launcher.{name}", f"must be ≥ 1 minute, got {value}")
 
 
-def check_job(cfg: DictConfig) -> Config:
+def _uses_hydra_resolver(node: Any) -> bool:
+    if isinstance(node, str):
+        return "${hydra:" in node
+    if isinstance(node, dict):
+        return any(_uses_hydra_resolver(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_uses_hydra_resolver(v) for v in node)
+    return False
+
+
+# Fields of Hydra's node that Hydra sets only once a sweep's job runs: `${hydra:…}` of them in
+# the app's fields cannot be checked with the rest of the sweep before any job starts.
+JOB_TIME = ("job.num", "job.id", "runtime.output_dir")
+
+
+def check_job(cfg: DictConfig, num: Optional[int] = None) -> Config:
     """One composed job: every `_target_` against the allowlist (Hydra's node included), the
     schema, the sinks' and the model factory's options. Nothing is instantiated."""
     app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
     targets.check_tree("", app)
     targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
-    config = validate(cfg)
+    if not _uses_hydra_resolver(app):
+        config = validate(cfg)
+    else:
+        try:
+            with hydra_resolvable(cfg, num):
+                config = validate(cfg)
+        except OmegaConfBaseException as err:
+            missing = [f for f in JOB_TIME if f"hydra:{f}" in str(app)]
+            if not missing or full_error():
+                raise
+            field = getattr(err, "full_key", "") or "a field"
+            raise ConfigError(field, f"${{hydra:{missing[0]}}} is known only once a sweep's "
+                              "job runs, after every job is checked",
+                              "use it in Hydra's own fields (hydra.sweep.subdir, …), or "
+                              "${hydra:…} of what composing knows: runtime.cwd, job.name, "
+                              "job.override_dirname, runtime.choices, sweep.dir") from None
     sinks.check(config.sinks)
     targets.bind("model.build", config.model.build,  # None: the spec (and weights)
                  *kernel_plugins.factory_args(config.model.build))
@@ -269,10 +335,10 @@ def check_composed(cfgs: Iterable[DictConfig], multirun: bool) -> list[Config]:
     on the first problem; their typed configs, in job order."""
     configs: list[Config] = []
     with one_line_errors():
-        for cfg in cfgs:
+        for num, cfg in enumerate(cfgs):
             if not configs:
                 check_run(cfg, multirun)
-            configs.append(check_job(cfg))
+            configs.append(check_job(cfg, num if multirun else None))
     for same in duplicates([MeasurementKey.of_config(c) for c in configs]):
         print_warning(f"jobs {', '.join(map(str, same))} take the same measurement the same way "
                       "(rnnexp.results.identity): their results are repeats of one — resume counts "
@@ -310,8 +376,34 @@ def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = Non
         app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         targets.check_tree("", OmegaConf.to_container(app, resolve=False))
         targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
-        plain = OmegaConf.to_container(app, resolve=True)
+        with hydra_resolvable(cfg):
+            plain = OmegaConf.to_container(app, resolve=True)
     return [*overrides, *credentials.hidden_overrides(plain)]
+
+
+@contextlib.contextmanager
+def hydra_resolvable(cfg: DictConfig, num: Optional[int] = None) -> Iterator[None]:
+    """`${hydra:…}` in the app's fields resolves against this composition's Hydra node, as
+    it does in the job Hydra runs later (Hydra sets it only then) — with what Hydra adds for
+    the job: its folder, and in a sweep (`num`: the job's number) its number. Hydra marks
+    the node it is given read-only: it gets a copy."""
+    hc = HydraConfig.instance()
+    saved = hc.cfg
+    copied = copy.deepcopy(cfg)
+    with open_dict(copied):
+        if num is not None:
+            copied.hydra.job.num = copied.hydra.job.id = num
+            folder = Path(str(copied.hydra.sweep.dir)) / str(copied.hydra.sweep.subdir)
+        else:
+            folder = Path(str(copied.hydra.run.dir))
+        if OmegaConf.is_missing(copied.hydra.runtime, "output_dir") and \
+                (num is not None or copied.hydra.mode != RunMode.MULTIRUN):
+            copied.hydra.runtime.output_dir = str(folder.absolute())
+    hc.set_config(copied)
+    try:
+        yield
+    finally:
+        hc.cfg = saved
 
 
 def check(overrides: Sequence[str], multirun: bool, config_path: str | None = None,

@@ -24,7 +24,7 @@ from rnnexp.errors import Interrupted, RnnexpError
 from rnnexp.measure import job
 from rnnexp.results import sinks
 from rnnexp.results.report import RichProgress, err_console
-from rnnexp.results.result import Result
+from rnnexp.results.result import RESULTS_FILE, Result
 from rnnexp.run import execution, interleave, signals
 
 Outcome = Result | BaseException
@@ -140,3 +140,17 @@ def outcome_of(outcome: Optional[Outcome]) -> Optional[Result]:
 def measured(outcome: Optional[Outcome]) -> Optional[Result]:
     """The job's Result if it was measured already (None: an error, or not measured yet)."""
     return outcome if isinstance(outcome, Result) else None
+
+
+def keep_measured(outcomes: Sequence[Optional[Outcome]]) -> None:
+    """Results measured but not recorded in their folder (it could not be made): each kept
+    in a fallback folder (rnnexp.app.recording), said in one line."""
+    from rnnexp.app import recording
+    from rnnexp.results import exit_codes
+
+    for result in filter(None, map(measured, outcomes)):
+        kept = recording.keep_elsewhere(result)
+        exit_codes.note_unwritten()
+        where = f"kept in {kept / RESULTS_FILE}" if kept else "lost: no folder would take it"
+        err_console.print(f"[red]error:[/] {result.label}: its folder could not be made — the "
+                          f"result is {where}", highlight=False, soft_wrap=True)

@@ -3,11 +3,22 @@ submitit's (`rnnexp_local`: a process per job), joblib's loky workers — leave 
 when the launching process is interrupted, and they would record "ok" runs under a parent
 that was ended KILLED. Here they get SIGINT — the job records itself `interrupted` — and, if
 one has not ended after a grace period, everything the sweep started is killed; the jobs that
-left no result are then recorded `interrupted` from the launching process."""
+left no result are then recorded `interrupted` from the launching process.
+
+A launching process killed outright (SIGKILL: the OOM killer, a scheduler) cannot do that, and
+such job processes would go on measuring for nobody: under a launcher whose jobs run on this
+machine (`local_launcher`), each job process ends as soon as the launching process is gone
+(`end_with_launcher`), and its workers with it (rnnexp.measure.forkserver_tie). Jobs a cluster
+runs (rnnexp_slurm) belong to the cluster, and are left to it (scancel).
+"""
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
+import time
+from typing import Any, Mapping
 
 import psutil
 
@@ -68,3 +79,54 @@ def end_jobs(grace_s: float = GRACE_S) -> int:
             pass
     psutil.wait_procs(rest, timeout=5)
     return len(jobs)
+
+
+# "<pid> <start time>" of the launching process, for the job processes it starts here.
+LAUNCHER_ENV = "RNNEXP_SWEEP_LAUNCHER"
+# Launchers whose job processes run on this machine: joblib's, submitit's local executor.
+LOCAL_LAUNCHERS = ("JoblibLauncher", "LocalLauncher")
+WATCH_S = 0.5
+
+
+def local_launcher(launcher: Mapping[str, Any]) -> bool:
+    return str(launcher.get("_target_", "")).rsplit(".", 1)[-1] in LOCAL_LAUNCHERS
+
+
+def jobs_end_with_this_process(launcher: Mapping[str, Any]) -> None:
+    """Before a launch (the sweeper): the job processes a local launcher starts learn which
+    process launched them, through their environment."""
+    if local_launcher(launcher):
+        me = psutil.Process()
+        os.environ[LAUNCHER_ENV] = f"{me.pid} {me.create_time()}"
+    else:
+        os.environ.pop(LAUNCHER_ENV, None)
+
+
+def _gone(pid: int, started: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        # Killed and not yet reaped by its parent, or its number taken by another process.
+        return proc.status() == psutil.STATUS_ZOMBIE or proc.create_time() != started
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _watch(pid: int, started: float) -> None:
+    while not _gone(pid, started):
+        time.sleep(WATCH_S)
+    os.kill(os.getpid(), signal.SIGKILL)  # nothing to record for: the sweep is gone
+
+
+_watching: list[threading.Thread] = []
+
+
+def end_with_launcher() -> None:
+    """In a job process of a local launcher: end (SIGKILL) as soon as the process that
+    launched the sweep is gone — its parent (a loky worker) or not (submitit's)."""
+    pid, _, started = os.environ.get(LAUNCHER_ENV, "").partition(" ")
+    if _watching or not pid.isdigit() or int(pid) == os.getpid():
+        return
+    watch = threading.Thread(target=_watch, args=(int(pid), float(started)), daemon=True,
+                             name="rnnexp-launcher-watch")
+    watch.start()
+    _watching.append(watch)

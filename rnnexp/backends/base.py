@@ -67,11 +67,18 @@ def untimed_runs(workload: Workload, device: torch.device, runs: int,
 
     Grad mode as the timer will have it: a workload built without gradients
     (bench.backward=false) or without a backward is timed under no_grad, and a compiled or
-    scripted graph specialises on grad mode, so it must be warmed under the same one."""
+    scripted graph specialises on grad mode, so it must be warmed under the same one.
+
+    Each call starts with no gradients, as a timed iteration does: a backward into the
+    previous call's gradients would read them, and under CUDA graphs those are outputs of
+    the previous replay, overwritten by now."""
     backward = workload.has_backward and any(p.requires_grad for p in workload.params)
     t0 = time.perf_counter()
     for _ in range(runs):
         call = time.perf_counter()
+        workload.zero_grad()
+        if workload.step_begin is not None:
+            workload.step_begin()
         with torch.set_grad_enabled(backward):
             outputs = workload.run_forward()
         if backward:

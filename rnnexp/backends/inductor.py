@@ -96,6 +96,7 @@ class Inductor(Backend):
         self.dynamic = workload.dynamic_shapes
         self.check_cudagraphs("this model", self.dynamic)  # a workload built in code too
         workload.forward = torch.compile(workload.forward, mode=self.mode, dynamic=self.dynamic)
+        workload.step_begin = self.step_marker()
         spent = dynamo_compile_seconds()
         t0 = time.perf_counter()
         try:
@@ -120,6 +121,15 @@ class Inductor(Backend):
             self.refuse(f"compiled nothing for this model (dynamo: {why.splitlines()[0]})",
                         "backend=aten", "a loop model such as model=py")
         return workload
+
+    def uses_cudagraphs(self) -> bool:
+        return self.device.type == "cuda" and self.mode in CUDAGRAPH_MODES
+
+    def step_marker(self):
+        """What marks each iteration's start for CUDA graph trees: without it they take a
+        forward that follows a forward (verification, forward-only runs) as one iteration,
+        and a replay then overwrites outputs still held."""
+        return torch.compiler.cudagraph_mark_step_begin if self.uses_cudagraphs() else None
 
     def compiles(self, workload: Workload) -> bool:
         return True
@@ -159,6 +169,7 @@ class Inductor(Backend):
         return {**super().info(), "mode": self.mode, "dynamic": self.dynamic,
                 "compile_s": self.compile_s, "dynamo_compile_s": self.dynamo_compile_s,
                 "cache": self.cache, **rnn,
+                "cudagraph_step_marks": self.uses_cudagraphs(),
                 "warm_runs": self.AFTER_COMPILE_CALLS,
                 # compile_s includes the first forward+backward run it took to compile.
                 "compile_includes": "first forward+backward", **self.dynamo}

@@ -16,7 +16,7 @@ from typing import ContextManager, Hashable
 
 import torch
 
-from rnnexp.backends.base import Backend, loop_twin, scripted_twin
+from rnnexp.backends.base import Backend, loop_twin, scripted_twin, untimed_runs
 from rnnexp.backends.jitflags import JitFlags
 from rnnexp.backends.scripting import ScriptedRun
 from rnnexp.config.schema import Executor, JitFuser, ModelConfig
@@ -121,13 +121,20 @@ class TensorExpr(Jit):
 
     def prepare(self, workload: Workload) -> Workload:
         super().prepare(workload)
-        graph = self.scripted.graph
-        if graph is not None and not graph["tensorexpr_groups"]:
+        # What ran, not only what the plan shows: the optimised graph's fused path sits
+        # behind guards, and where they fail the fallback graph TorchScript optimises (and
+        # fuses) on its own runs instead, out of the plan's sight. With backward, the time
+        # loop unrolled 8 steps a pass, and the initial states not requiring grad, the
+        # first pass always takes the fallback; at seq_len=8 it is the only pass, so the
+        # plan showed no fusion group at all while every step ran fused.
+        self.kernels = fused_kernels_run(workload, self.device)
+        if not self.kernels:
             # NNC declines some graphs (e.g. bfloat16, and on ROCm builds it may not fuse at
             # all): an unfused graph timed under the name te would be backend=jit's number.
             dtype = str(self.dtype).removeprefix("torch.")
-            self.refuse(f"formed no TensorExpr fusion group for this model on {self.device} "
-                        f"with dtype={dtype}; its graph would run unfused", "backend=jit")
+            self.refuse(f"ran no TensorExpr kernel for this model on {self.device} with "
+                        f"dtype={dtype} (NNC declined every fusion group); its graph would "
+                        "run unfused", "backend=jit")
         return workload
 
     def flags(self) -> JitFlags:
@@ -136,10 +143,27 @@ class TensorExpr(Jit):
                         fuse_on_cpu=on_cpu, fuse_on_gpu=not on_cpu, fuse_on_cpu_legacy=False)
 
     def info(self) -> dict:
-        info = {**super().info(), "fuser": "te"}
+        info = {**super().info(), "fuser": "te",
+                # Fused kernels one iteration launched, by name (after the untimed runs).
+                "tensorexpr_kernels": getattr(self, "kernels", None)}
         if self.device.type == "cpu":
             info["llvm_probe"] = llvm_probe()
         return info
+
+
+# NNC names its kernels fused_<ops> and records each launch under that name.
+KERNEL_PREFIX = "fused_"
+
+
+def fused_kernels_run(workload: Workload, device: torch.device) -> dict[str, int]:
+    """The TensorExpr kernels one more untimed iteration launches, by name, with counts."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        untimed_runs(workload, device, 1)
+    counts: dict[str, int] = {}
+    for event in prof.events():
+        if event.name.startswith(KERNEL_PREFIX):
+            counts[event.name] = counts.get(event.name, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 @lru_cache(maxsize=1)

@@ -13,6 +13,7 @@ runs one forward under a dispatch recorder and refuses unless the vendor op ran.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import ContextManager, Hashable, Iterator
 
 import torch
@@ -32,12 +33,92 @@ from rnnexp.models.workload import Workload
 CUDNN_BF16_RNN_VERSION = 91300
 
 
+# cudnnRNNMode_t, as aten::_cudnn_rnn takes it.
+CUDNN_MODES = {0: "rnn_relu", 1: "rnn_tanh", 2: "lstm", 3: "gru"}
+
+
+@dataclass(frozen=True)
+class CudnnRnnCall:
+    """What decides the algorithm PyTorch asks cuDNN for, read off one aten::_cudnn_rnn call."""
+
+    mode: str  # CUDNN_MODES
+    hidden_size: int
+    proj_size: int
+    num_layers: int
+    bidirectional: bool
+    packed: bool  # a PackedSequence (batch_sizes given)
+    dtype: torch.dtype
+    input_size: int
+    seq_len: int
+    batch: int
+
+    @classmethod
+    def of(cls, args: tuple) -> CudnnRnnCall:
+        """From _cudnn_rnn's arguments: input, weight, weight_stride0, weight_buf, hx, cx,
+        mode, hidden_size, proj_size, num_layers, batch_first, dropout, train,
+        bidirectional, batch_sizes, dropout_state."""
+        x, batch_first, batch_sizes = args[0], bool(args[10]), list(args[14] or ())
+        if batch_sizes:
+            seq_len, batch = len(batch_sizes), int(batch_sizes[0])
+        else:
+            seq_len, batch = (x.shape[1], x.shape[0]) if batch_first else x.shape[:2]
+        return cls(mode=CUDNN_MODES.get(int(args[6]), str(args[6])),
+                   hidden_size=int(args[7]), proj_size=int(args[8]),
+                   num_layers=int(args[9]), bidirectional=bool(args[13]),
+                   packed=bool(batch_sizes), dtype=x.dtype, input_size=int(x.shape[-1]),
+                   seq_len=int(seq_len), batch=int(batch))
+
+
+def cudnn_algorithm(call: CudnnRnnCall, capability: tuple[int, int], sm_count: int,
+                    forward: bool) -> str:
+    """The cudnnRNNAlgo_t PyTorch picks (aten/src/ATen/native/cudnn/RNN.cpp `get_algo`):
+    the persistent small-hidden kernels for LSTM/GRU up to hidden 192 forward / 128
+    backward (384 / 256 for plain RNNs) on SM >= 6.0, unpacked input, any dtype but
+    float64; in float16 the persistent kernels where its size and device heuristics agree;
+    otherwise the standard algorithm. Recorded because a float32 job's numbers, and its
+    error from float64, depend on which one ran."""
+    if call.proj_size:
+        return "standard"
+    if not call.packed:
+        if call.dtype != torch.float64 and capability[0] >= 6:
+            rnn = call.mode in ("rnn_relu", "rnn_tanh")
+            limit = (384 if rnn else 192) if forward else (256 if rnn else 128)
+            if call.hidden_size <= limit:
+                return "persist_static_small_h"
+        if call.dtype == torch.float16 and _persistent_sizes(call) and \
+                _persistent_device(call, capability, sm_count):
+            return "persist_static"
+    return "standard"
+
+
+def _persistent_sizes(call: CudnnRnnCall) -> bool:
+    return (call.num_layers == 1 and call.hidden_size <= 1024 and not call.bidirectional
+            and call.hidden_size % 128 == 0 and call.input_size % 128 == 0)
+
+
+def _persistent_device(call: CudnnRnnCall, capability: tuple[int, int], sm_count: int) -> bool:
+    b, t = call.batch, call.seq_len
+    major, minor = capability
+    if major == 7:
+        return minor != 5 and ((b % 16 == 0 and b not in (80, 112)) or b == 8) and (
+            (t >= 40 and b <= 128) or (t >= 20 and b <= 96) or (t >= 10 and b <= 32))
+    if major >= 8 and sm_count >= 98 and minor != 6:
+        if call.mode == "gru":
+            return False
+        if call.mode == "lstm":
+            return b % 8 == 0 and b <= 128
+        return b % 8 == 0 and b <= 128 and (b < 96 or call.hidden_size < 896)
+    return False
+
+
 class _OpsSeen(TorchDispatchMode):
-    """Records the aten ops dispatched below autograd (vendor or native RNN kernels)."""
+    """Records the aten ops dispatched below autograd (vendor or native RNN kernels), and
+    what each cuDNN RNN call was asked to run."""
 
     def __init__(self):
         super().__init__()
         self.ops: set[str] = set()
+        self.cudnn_calls: list[CudnnRnnCall] = []
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -47,6 +128,8 @@ class _OpsSeen(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.add(func._schema.name)
+        if func._schema.name == "aten::_cudnn_rnn":
+            self.cudnn_calls.append(CudnnRnnCall.of(args))
         return func(*args, **(kwargs or {}))
 
 
@@ -72,13 +155,15 @@ def has_rnn_module(workload: Workload) -> bool:
     return any(isinstance(m, nn.RNNBase) for mod in workload.modules for m in mod.modules())
 
 
-def rnn_ops(workload: Workload) -> list[str]:
+def rnn_ops(workload: Workload) -> tuple[list[str], list[CudnnRnnCall]]:
     """The RNN kernels one forward dispatches (`aten::_cudnn_rnn`, `aten::miopen_rnn`,
-    `aten::mkldnn_rnn_layer`, `aten::_thnn_fused_lstm_cell`, ...), grad mode as timed."""
+    `aten::mkldnn_rnn_layer`, `aten::_thnn_fused_lstm_cell`, ...), grad mode as timed, and
+    the cuDNN RNN calls among them."""
     backward = workload.has_backward and any(p.requires_grad for p in workload.params)
     with torch.set_grad_enabled(backward), _OpsSeen() as seen:
         workload.run_forward()
-    return sorted(op for op in seen.ops if any(k in op for k in ("rnn", "lstm", "gru")))
+    ops = sorted(op for op in seen.ops if any(k in op for k in ("rnn", "lstm", "gru")))
+    return ops, seen.cudnn_calls
 
 
 class VendorLibrary(Backend):
@@ -92,6 +177,7 @@ class VendorLibrary(Backend):
         self.allow_tf32 = allow_tf32
         self.scripted = ScriptedRun(UNFUSED)  # for `form: loop` models, scripted here too
         self.rnn_ops: list[str] | None = None
+        self.cudnn_calls: list[CudnnRnnCall] = []
         self.picked_because = ""  # set by `auto`
         self.rnn_kernel_model = False  # set by `check`: the model calls the RNN kernel
 
@@ -124,7 +210,7 @@ class VendorLibrary(Backend):
         if not self.scripted.optimise(workload, self.device, self.untimed_ms):
             super().prepare(workload)  # one untimed call: first-use costs off the clock
         if has_rnn_module(workload):
-            self.rnn_ops = rnn_ops(workload)
+            self.rnn_ops, self.cudnn_calls = rnn_ops(workload)
             if self.kernel and self.kernel not in self.rnn_ops:
                 ran = ", ".join(self.rnn_ops) or "no RNN kernel"
                 self.refuse(f"asked for {self.library} but PyTorch ran {ran} instead of "
@@ -197,7 +283,22 @@ class Cudnn(VendorLibrary):
             # the weights into one buffer inside every forward, and that copy is timed.
             info["weights_repacked_per_call"] = (self.dtype not in
                                                  torch.backends.cudnn.CUDNN_TENSOR_DTYPES)
+        if self.cudnn_calls:
+            info["cudnn_algorithm"] = self.algorithms()
         return info
+
+    def algorithms(self) -> dict[str, str]:
+        """The algorithm PyTorch asks cuDNN for, forward and backward, per distinct call."""
+        props = torch.cuda.get_device_properties(self.device)
+        cap, sms = (props.major, props.minor), props.multi_processor_count
+        found: dict[str, str] = {}
+        for call in dict.fromkeys(self.cudnn_calls):
+            for direction in ("forward", "backward"):
+                algo = cudnn_algorithm(call, cap, sms, direction == "forward")
+                key = direction if len(set(self.cudnn_calls)) == 1 else \
+                    f"{direction}[hidden {call.hidden_size}]"
+                found[key] = algo
+        return found
 
 
 class Miopen(VendorLibrary):

@@ -61,11 +61,16 @@ def _kept() -> dict[str, str]:
     return kept if isinstance(kept, dict) else {}
 
 
+def _keep(pairs: dict[str, str]) -> None:
+    if pairs:
+        os.environ[URIS_ENV] = json.dumps({**_kept(), **pairs})
+
+
 def hide(text: str) -> str:
     """`text` redacted; the original is kept for `reveal` (here and in child processes)."""
     redacted = redact(text)
     if redacted != text:
-        os.environ[URIS_ENV] = json.dumps({**_kept(), redacted: text})
+        _keep({redacted: text})
     return redacted
 
 
@@ -87,12 +92,49 @@ def take(uri: str) -> str:
     return m["scheme"] + uri[m.end():]
 
 
+def _strings(value: Any) -> list[str]:
+    """Every string in a parsed override value (nested lists and dicts included)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _override_values(argument: str) -> list[str]:
+    """The strings a `key=value` argument sets, as Hydra reads them (quotes and escapes
+    resolved, each value of a sweep): what the config — and so the store's URI — holds."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        override = OverridesParser.create().parse_override(argument)
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else \
+            [override.value()]
+    except Exception:  # not an override (a flag's value): the text after the first '='
+        return [argument.partition("=")[2].strip("'\"")]
+    return _strings(values)
+
+
+def hide_argument(argument: str) -> str:
+    """A command-line argument redacted. What Hydra will compose from it is each value the
+    argument sets, so each of those is kept for `reveal` — not only the whole
+    `key=value` text, which no config holds."""
+    shown = hide(argument)
+    if shown != argument:
+        # strict=False: a list whose redaction joined two values pairs up as far as it can.
+        values = zip(_override_values(shown), _override_values(argument), strict=False)
+        _keep({hidden: original for hidden, original in values if hidden != original})
+    return shown
+
+
 def take_from_process(argv: list[str]) -> list[str]:
     """Command-line arguments and MLFLOW_TRACKING_URI with their credentials hidden, before
     Hydra records either anywhere."""
     if os.environ.get(URI_ENV):
         os.environ[URI_ENV] = hide(os.environ[URI_ENV])
-    return [hide(a) for a in argv]
+    return [hide_argument(a) for a in argv]
 
 
 def hidden_overrides(config: Any, path: str = "") -> list[str]:

@@ -61,6 +61,10 @@ def _at_least(obj: Any, minimum: int, *names: str) -> None:
             raise ConfigError(name, f"must be ≥ {minimum}, got {value}")
 
 
+# torch's sizes are 64-bit integers.
+SIZE_MAX = 2**63 - 1
+
+
 @dataclass
 class ShapeConfig:
     seq_len: int = 100
@@ -75,6 +79,13 @@ class ShapeConfig:
     def __post_init__(self) -> None:
         _at_least(self, 1, "seq_len", "num_layers", "input_size", "hidden_size", "batch_size",
                   "min_len", "max_len")
+        for name in ("seq_len", "num_layers", "input_size", "hidden_size", "batch_size",
+                     "min_len", "max_len"):
+            value = getattr(self, name)
+            if value > SIZE_MAX:  # no arithmetic on it first: a float overflows
+                shown = str(value) if len(str(value)) <= 40 else f"a {len(str(value))}-digit " \
+                    "number"
+                raise ConfigError(name, f"must be ≤ 2⁶³−1 (torch's largest size), got {shown}")
         if self.min_len > self.max_len:
             raise ConfigError("min_len", f"{self.min_len} exceeds max_len={self.max_len}",
                               "choose min_len ≤ max_len")

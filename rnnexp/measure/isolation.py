@@ -42,12 +42,13 @@ from typing import Any, Optional, Protocol
 from rnnexp import errors
 from rnnexp.machine import memory
 from rnnexp.machine import platform as platform_mod
-from rnnexp.measure import job, timing
+from rnnexp.measure import forkserver_tie, job, timing
 from rnnexp.measure.measurer import Measurer
 
 # Imported by the fork server before it forks a worker: torch, the measuring code and the
 # common models and backends (a worker imports anything else a plan names on unpickling).
-PRELOAD = ["rnnexp.measure.measurer", "rnnexp.backends.vendor", "rnnexp.backends.torchscript",
+PRELOAD = ["rnnexp.measure.forkserver_tie",  # first: tied to this process (it says why)
+           "rnnexp.measure.measurer", "rnnexp.backends.vendor", "rnnexp.backends.torchscript",
            "rnnexp.models.native", "rnnexp.models.loops", "rnnexp.models.eltwise",
            # Imported by autograd on the first backward (with sympy: ~0.45 s a worker).
            "torch.fx.experimental.symbolic_shapes"]
@@ -57,6 +58,7 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 def _context():
     ctx = mp.get_context("forkserver")
+    forkserver_tie.mark_launcher()
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
 

@@ -37,6 +37,8 @@ class Steps(Protocol):
 
     backward_setup: Optional[Callable[[Any], tuple]]
     backward: Optional[Callable[..., None]]
+    # Called before each iteration's forward where the backend replays CUDA graphs.
+    step_begin: Optional[Callable[[], None]]
 
 
 class Clock(Protocol):
@@ -198,6 +200,8 @@ class Timer:
         self.clock = clock
         self.do_backward = backward and steps.has_backward
         self._arm = getattr(clock, "arm", lambda n: None)  # clocks without events need none
+        # A new iteration for CUDA graph trees (untimed, before the forward's first mark).
+        self._step_begin = getattr(steps, "step_begin", None) or (lambda: None)
 
     def warmup(self, n: int, progress: Optional[Progress] = None) -> float:
         """`n` untimed iterations; the median wall time of one of them in ms (0 if n is 0),
@@ -243,6 +247,7 @@ class Timer:
         marks = []
         for _ in range(count):
             steps.zero_grad()
+            self._step_begin()
             start = clock.mark()
             with torch.set_grad_enabled(self.do_backward):
                 outputs = steps.run_forward()

@@ -73,6 +73,10 @@ class Workload:
     reference_math: str = ""
     # Seconds torch.jit.script took while the factory built it (None: not scripted).
     script_s: Optional[float] = None
+    # Called before every forward that starts an iteration, where the backend replays CUDA
+    # graphs (torch.compiler.cudagraph_mark_step_begin): the previous iteration's outputs
+    # may then be overwritten, so nothing may read them afterwards.
+    step_begin: Optional[Callable[[], None]] = None
 
     @property
     def has_backward(self) -> bool:

@@ -23,7 +23,7 @@ from rnnexp.measure.timing import Samples
 from rnnexp.measure.verify import Verification
 from rnnexp.models.compile_cost import CompileCost
 from rnnexp.models.workload import Work
-from rnnexp.results import stats
+from rnnexp.results import files, stats
 
 RESULTS_FILE = "results.json"
 # 2: the code version moved from platform.extra.git_commit to a field of its own.
@@ -378,9 +378,8 @@ class Result:
         })
 
     def save(self, folder: Path) -> Path:
-        path = Path(folder) / RESULTS_FILE
-        path.write_text(json.dumps(self.to_json(), indent=2, default=str))
-        return path
+        return files.write_text(Path(folder) / RESULTS_FILE,
+                                json.dumps(self.to_json(), indent=2, default=str))
 
     @classmethod
     def load(cls, path: Path) -> Result:
@@ -388,11 +387,17 @@ class Result:
 
     @classmethod
     def load_checked(cls, path: Path) -> Result:
-        """`load`, or BrokenResults naming the file and what is wrong with it."""
+        """`load`, or BrokenResults naming the file and what is wrong with it: the one check
+        of a saved result, for everything that reads one back (sync, compare, resume)."""
         try:
-            text = Path(path).read_text()
+            raw = Path(path).read_bytes()
         except OSError as err:
             raise BrokenResults(path, f"cannot be read ({err.strerror or err})") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BrokenResults(path, "is not text (a binary file?) — not an rnnexp result"
+                                ) from None
         if not text.strip():
             raise BrokenResults(path, "is empty")
         try:
@@ -401,10 +406,88 @@ class Result:
             raise BrokenResults(path, f"is not complete JSON ({err})") from None
         if not isinstance(data, dict) or "status" not in data:
             raise BrokenResults(path, "is not an rnnexp result (no status)")
+        problem = saved_problem(data)
+        if problem:
+            raise BrokenResults(path, problem)
         try:
-            return cls.from_json(data)
+            result = cls.from_json(data)
         except (TypeError, ValueError, KeyError, AttributeError) as err:
             raise BrokenResults(path, f"is not an rnnexp result ({err})") from None
+        if result.status == OK and not result.timed:
+            raise BrokenResults(path, "says ok but holds no timed phase")
+        return result
+
+
+STATUSES = (OK, INVALID, RECOMPILED, UNSUPPORTED, CRASHED, INTERRUPTED)
+_TEXT = ("reason", "device", "device_name", "dtype", "git_commit", "started_at")
+_MAPPINGS = ("config", "backend", "verification", "work", "platform", "timing",
+             "environment", "roofline", "profile", "interleaving", "memory", "compile_cost")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value)
+
+
+def _phase_problem(name: str, phase: Any) -> Optional[str]:
+    """What is wrong with a saved phase's statistics, if anything: every statistic a finite
+    number (or null), every sample and per-process value finite and not negative."""
+    where = f'"phases.{name}'
+    if not isinstance(phase, dict):
+        return f"{where}\" is {type(phase).__name__}, not an object"
+    if "not_applicable" in phase:
+        return None if isinstance(phase["not_applicable"], str) else \
+            f'{where}.not_applicable" is not text'
+    for key in (f.name for f in dataclasses.fields(PhaseStats)):
+        value = phase.get(key)
+        if key in ("samples_ms", "process_medians_ms"):
+            if not isinstance(value or [], list):
+                return f'{where}.{key}" is not a list'
+            bad = [v for v in value or [] if not (_number(v) and v >= 0)]
+            if bad:
+                return (f'{where}.{key}" holds {bad[0]!r} ({len(bad)} of {len(value)}): '
+                        "a time must be a finite number ≥ 0")
+        elif key == "rounds_ms":
+            rows = value or []
+            if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+                return f'{where}.rounds_ms" is not a list of lists'
+            if any(v is not None and not (_number(v) and v >= 0) for r in rows for v in r):
+                return f'{where}.rounds_ms" holds a time that is not a finite number ≥ 0'
+        elif key != "not_applicable" and value is not None and not _number(value):
+            return f'{where}.{key}": {value!r} is not a finite number'
+    return None
+
+
+def saved_problem(data: Mapping[str, Any]) -> Optional[str]:
+    """The first field of a saved result (results.json, parsed) that no Result holds — a
+    status no job ends with, text that is a number, a NaN or negative sample — named with
+    its value; None when it is a result."""
+    status = data.get("status")
+    if not isinstance(status, str) or status not in STATUSES:
+        return f'"status": {json.dumps(status)} is not a status ({", ".join(STATUSES)})'
+    for key in _TEXT:
+        if not isinstance(data.get(key, ""), str):
+            return f'"{key}": {json.dumps(data[key])} is not text'
+    if not isinstance(data.get("choices", {}), dict) or not all(
+            isinstance(v, (str, type(None))) for v in data.get("choices", {}).values()):
+        return '"choices" is not an object of group → option'
+    if not isinstance(data.get("overrides", []), list) or not all(
+            isinstance(o, str) for o in data.get("overrides", [])):
+        return '"overrides" is not a list of text'
+    for key in _MAPPINGS:
+        if not isinstance(data.get(key) or {}, dict):
+            return f'"{key}" is {type(data[key]).__name__}, not an object'
+    if not (_number(data.get("duration_s", 0.0)) and data.get("duration_s", 0.0) >= 0):
+        return f'"duration_s": {data["duration_s"]!r} is not a finite number ≥ 0'
+    if not isinstance(data.get("schema", 1), int) or isinstance(data.get("schema"), bool):
+        return f'"schema": {json.dumps(data["schema"])} is not a version number'
+    if not isinstance(data.get("phases") or {}, dict):
+        return '"phases" is not an object'
+    for name, phase in (data.get("phases") or {}).items():
+        problem = _phase_problem(name, phase)
+        if problem:
+            return problem
+    return None
 
 
 class BrokenResults(RnnexpError):

@@ -8,10 +8,13 @@ import textwrap
 from pathlib import Path
 from typing import Optional, Sequence
 
+from rnnexp.results import files
 from rnnexp.results.result import OK, Result, Row, status_text
 
 SUMMARY_DIR = "summary"
 CHART = "fwd_bwd.png"
+# The sweep's HTML report, written there by the report sink (rnnexp.analysis.report.sink).
+REPORT = "report.html"
 MARKDOWN_HIDDEN = ("flags", "fwd_q1_ms", "fwd_q3_ms", "bwd_q1_ms", "bwd_q3_ms")
 
 
@@ -32,8 +35,8 @@ def write_files(rows: Sequence[Row], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / name for name in SUMMARY_FILES]
     table = [r.columns() for r in rows]
-    paths[0].write_text(_json(table))
-    with paths[1].open("w", newline="") as f:
+    files.write_text(paths[0], _json(table))
+    with files.replaced(paths[1]) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=Row.COLUMNS)
         writer.writeheader()
         writer.writerows(table)
@@ -44,7 +47,7 @@ def write_files(rows: Sequence[Row], folder: Path) -> list[Path]:
     lines += ["| " + " | ".join(_cell(status_text(row.status, row.flags) if c == "status"
                                       else r[c]) for c in shown) + " |"
               for row, r in zip(rows, table, strict=True)]
-    paths[2].write_text("\n".join(lines) + "\n")
+    files.write_text(paths[2], "\n".join(lines) + "\n")
     return paths
 
 
@@ -52,12 +55,14 @@ def _json(table: list[dict]) -> str:
     return json.dumps(table, indent=2)
 
 
-def write(sweep_dir: Path, jobs: Sequence[tuple[Path, Result]]) -> list[Path]:
-    """summary.{json,csv,md} and, when any job was timed, the chart, in <sweep>/summary/ —
-    unless the folder holds them for these rows already: the json sink and the MLflow sink
-    both need the summary at a sweep's end, and drawing the chart twice cost a second."""
+def write(sweep_dir: Path, jobs: Sequence[tuple[Path, Result]],
+          into: Optional[Path] = None) -> list[Path]:
+    """summary.{json,csv,md} and, when any job was timed, the chart, in <sweep>/summary/ (or
+    `into`: a sweep folder only read) — unless the folder holds them for these rows already:
+    the json sink and the MLflow sink both need the summary at a sweep's end, and drawing
+    the chart twice cost a second."""
     rows = rows_of(jobs, sweep_dir)
-    folder = Path(sweep_dir) / SUMMARY_DIR
+    folder = Path(into) if into is not None else Path(sweep_dir) / SUMMARY_DIR
     paths = [folder / name for name in SUMMARY_FILES]
     if any(r.status == OK for r in rows):
         paths.append(folder / CHART)
@@ -144,8 +149,11 @@ def bar_chart(labels: Sequence[str], fwd: Sequence[Optional[float]],
     ax.grid(True, axis="x", which="both", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with files.replaced(path) as tmp:
+            fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -41,6 +41,7 @@ from filelock import FileLock
 from torch.utils.benchmark import Timer
 
 from rnnexp.errors import OneLineParser, RnnexpError
+from rnnexp.results import files
 from rnnexp.results.result import Result, Roofline
 
 CACHE_ENV = "RNNEXP_CACHE_DIR"
@@ -168,9 +169,7 @@ def _load(path: Path, key: Key) -> Optional[Peaks]:
 
 def write_atomically(path: Path, text: str) -> None:
     """Write a cache file so that readers never see half of it (a temporary file, renamed)."""
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    files.write_text(path, text)
 
 
 def _save(path: Path, key: Key, peaks: Peaks) -> None:

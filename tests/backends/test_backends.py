@@ -286,7 +286,8 @@ def test_inductor_runs_a_small_lstm_loop_and_reports_compile_time():
 @gpu
 def test_cudnn_runs_lstm_on_the_gpu():
     result = execution.execute(plan(["backend=cudnn", "model=lstm", "device=cuda", *TINY]))
-    assert result.status == "ok" and result.backend.details["cudnn"]
+    assert result.status == "ok", result.reason
+    assert result.backend.details["cudnn"]
     assert result.timing.clock == "cuda_event"  # device events, not host time
     assert result.device.startswith("cuda")
 
@@ -298,7 +299,7 @@ def test_cudnn_runs_lstm_on_the_gpu():
 def test_backends_run_and_verify_on_the_gpu(backend, model):
     result = execution.execute(plan([f"backend={backend}", f"model={model}", "device=cuda", *TINY]))
     assert result.status == "ok", result.reason
-    assert result.verification.status == "passed"
+    assert result.verification.status == "passed", result.verification.detail
 
 
 @pytest.mark.gpu
@@ -307,4 +308,5 @@ def test_te_fuses_on_the_gpu(run_cli, tmp_path):
     proc = run_cli("model=jit", "backend=te", "device=cuda", *TINY)
     assert proc.returncode == 0, proc.stderr
     backend = json.loads((tmp_path / "run" / "results.json").read_text())["backend"]
-    assert backend["graph"]["tensorexpr_groups"] > 0
+    # At shape=small (seq_len 8) the plan shows no group; the kernels that ran count.
+    assert backend["tensorexpr_kernels"], backend

@@ -294,8 +294,8 @@ def test_te_refuses_a_graph_without_tensorexpr_groups():
     with te.context(), pytest.raises(UnsupportedError) as err:
         te.prepare(workload)
     assert str(err.value) == (
-        "backend=te formed no TensorExpr fusion group for this model on cpu with "
-        "dtype=float32; its graph would run unfused — use backend=jit")
+        "backend=te ran no TensorExpr kernel for this model on cpu with dtype=float32 (NNC "
+        "declined every fusion group); its graph would run unfused — use backend=jit")
 
 
 # --- 8. first-call costs -------------------------------------------------------------------
@@ -517,7 +517,8 @@ def _run(*overrides):
 @gpu
 def test_gpu_1_lstm_dropout_verifies_under_the_vendor_library():
     result = _run("model=lstm_dropout", "backend=auto", "shape.num_layers=2")
-    assert result.status == "ok" and result.verification.status == "passed"
+    assert result.status == "ok", result.reason
+    assert result.verification.status == "passed"
 
 
 @pytest.mark.gpu
@@ -535,7 +536,8 @@ def test_gpu_2_platform_reads_the_library_or_its_error():
 def test_gpu_3_the_vendor_kernel_ran(model, dtype):
     result = _run(f"model={model}", "backend=auto", f"dtype={dtype}")
     kernel = "aten::miopen_rnn" if torch.version.hip else "aten::_cudnn_rnn"
-    assert result.status == "ok" and kernel in result.backend.details["rnn_ops"]
+    assert result.status == "ok", result.reason
+    assert kernel in result.backend.details["rnn_ops"]
 
 
 @pytest.mark.gpu
@@ -555,7 +557,8 @@ def test_gpu_3_bfloat16_runs_the_vendor_kernel_or_is_refused():
 @nvidia
 def test_gpu_4_tf32_is_off_unless_asked_and_recorded():
     off = _run("model=lstm", "backend=cudnn")
-    assert off.backend.details["allow_tf32"] is False and off.verification.status == "passed"
+    assert off.backend.details["allow_tf32"] is False
+    assert off.verification.status == "passed", off.verification.detail
     on = _run("model=lstm", "backend=cudnn", "backend.allow_tf32=true")
     major = torch.cuda.get_device_capability(0)[0]
     assert on.backend.details["tf32_effective"] is (major >= 8)
@@ -591,9 +594,9 @@ def test_gpu_7_te_fuses_or_refuses():
         try:
             result = _run("model=jit_premul", "backend=te", f"dtype={dtype}")
         except UnsupportedError as err:
-            assert "formed no TensorExpr fusion group" in str(err)
+            assert "ran no TensorExpr kernel" in str(err)
             continue
-        assert result.backend.details["graph"]["tensorexpr_groups"] > 0
+        assert result.backend.details["tensorexpr_kernels"], result.backend.details
 
 
 @pytest.mark.gpu
@@ -636,6 +639,9 @@ def test_gpu24_2_cuda_graphs_are_recorded_before_timing_or_refused(mode):
         _run("model=dynamic_eltwise", "backend=inductor", f"backend.mode={mode}")
     result = _run("model=eltwise", "backend=inductor", f"backend.mode={mode}")
     assert result.status == "ok", result.reason  # one recording, before the samples
+    assert result.backend.details["cudagraph_step_marks"] is True
+    loop = _run("model=py", "backend=inductor", f"backend.mode={mode}")
+    assert loop.status == "ok", loop.reason  # a cell loop: many graphs per iteration
 
 
 @pytest.mark.gpu
@@ -666,3 +672,22 @@ def test_gpu24_4_float32_matmuls_run_full_fp32_when_tf32_was_asked_for(model, ba
     assert result.backend.details["matmul_fp32_precision"] == "ieee"
     assert result.verification.status == "passed", result.verification.detail
 
+
+
+@pytest.mark.gpu
+@gpu
+@nvidia
+@pytest.mark.parametrize("hidden, packed, expected", [
+    (32, False, "persist_static_small_h"), (256, False, "standard"),
+    (32, True, "standard")])
+def test_gpu30_1_float32_cudnn_verifies_whichever_algorithm_pytorch_picks(hidden, packed,
+                                                                          expected):
+    """cuDNN float32 failed verification at shape=small on an H100, where PyTorch picks the
+    persistent small-hidden kernels; the randomly rounded float32 reference allows for
+    them. The record names the algorithm."""
+    model = "vl_lstm" if packed else "lstm"
+    result = _run(f"model={model}", "backend=cudnn", f"shape.hidden_size={hidden}")
+    assert result.status == "ok", result.reason
+    assert result.backend.details["cudnn_algorithm"]["forward"] == expected
+    v = result.verification
+    assert v.status == "passed" and v.rounded_error is not None, v.detail

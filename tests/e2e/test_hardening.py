@@ -130,10 +130,22 @@ BAD_INPUTS = [
     (["sinks.mlflow.uri=ftp://host/x"], "sinks.mlflow.uri"),
     (["sinks.mlflow.uri=nosuch://x"], "sinks.mlflow.uri"),
     (["sinks.mlflow.uri=sqlite:////proc/nope/mlflow.db"], "sinks.mlflow.uri"),
+    # A key given twice (Hydra would take the last without a word), a sweep of no job, an
+    # experiment MLflow would refuse only after timing, a size no float holds.
+    (["model=lstm", "model=gru"], "model: given twice (model=lstm then model=gru)"),
+    (["-m", "model=lstm,jit", "model=gru"], "model: given twice"),
+    (["seed=1", "+seed=2"], "seed: given twice"),
+    (["-m", "model=glob(nomatch*)"], "model=glob(nomatch*): selects no value"),
+    (["-m", "seed=range(0,0)"], "seed=range(0,0): selects no value"),
+    (["sinks.mlflow.experiment="], "sinks.mlflow.experiment: is empty"),
+    (["sinks.mlflow.experiment=" + "x" * 1000],
+     "sinks.mlflow.experiment: is 1000 characters long; MLflow takes at most 500"),
+    (["shape.hidden_size=" + "9" * 400], "shape.hidden_size: must be ≤ 2⁶³−1"),
 ]
 
 # Run as real processes too: one of each kind of check.
-SUBPROCESS = [0, 9, 20, 26, 33, 43, 47, 50, 51, 52, 57, 60, 65, 69, 70, 73, 81, 82, 87, 92]
+SUBPROCESS = [0, 9, 20, 26, 33, 43, 47, 50, 51, 52, 57, 60, 65, 69, 70, 73, 81, 82, 87, 92,
+              95, 98, 101, 102]
 
 
 def one_error_line(stderr: str) -> str:

@@ -64,33 +64,76 @@ def test_a_signal_after_the_table_keeps_the_finished_result(tmp_path):
     assert child.info.status == "FINISHED" and child.data.tags["status"] == "ok"
 
 
-# A disk that fills up during the run: writing a result (results.json, the sweep's summary)
-# under FULL fails with ENOSPC at the OS boundary — Python's `open` — in the rnnexp process.
+# A disk that fills up during the run: writing a result (results.json, the sweep's summary,
+# or, with RNNEXP_TEST_FULL_ALL, any file) under FULL fails as on a real full disk — the
+# first write puts half its bytes down, then ENOSPC — at the OS boundary, Python's `open`, in
+# the rnnexp process.
 FULL_DISK = '''
 import builtins, errno, io, os
 
 _full = os.environ["RNNEXP_TEST_FULL"]
+_all = bool(os.environ.get("RNNEXP_TEST_FULL_ALL"))
 _open = io.open
 
 
+class _Filling:
+    def __init__(self, f, path):
+        self._f, self._path = f, path
+
+    def write(self, data):
+        self._f.write(data[: len(data) // 2])
+        self._f.flush()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._path)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+    def __iter__(self):
+        return iter(self._f)
+
+
 def _open_on_a_full_disk(file, mode="r", *args, **kwargs):
+    f = _open(file, mode, *args, **kwargs)
     if isinstance(file, (str, os.PathLike)) and any(c in mode for c in "wax+"):
         path = os.path.abspath(os.fspath(file))
-        if path.startswith(_full) and (path.endswith("results.json") or "summary" in path):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
-    return _open(file, mode, *args, **kwargs)
+        if path.startswith(_full) and (_all or "results.json" in os.path.basename(path)
+                                       or "summary" in path):
+            return _Filling(f, path)
+    return f
 
 
 io.open = builtins.open = _open_on_a_full_disk
 '''
 
 
-def full_disk(tmp: Path, under: Path) -> dict:
+def full_disk(tmp: Path, under: Path, everything: bool = False) -> dict:
     site = tmp / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(FULL_DISK)
     return {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            "RNNEXP_TEST_FULL": str(under), "TMPDIR": str(tmp / "tmp")}
+            "RNNEXP_TEST_FULL": str(under), "TMPDIR": str(tmp / "tmp"),
+            **({"RNNEXP_TEST_FULL_ALL": "1"} if everything else {})}
+
+
+def no_partial_file(folder: Path) -> list[str]:
+    """Files a write cut short left behind: a results.json or summary that is not whole
+    JSON, or a temporary file."""
+    left = []
+    for path in Path(folder).rglob("*"):
+        if path.name.endswith(".tmp"):
+            left.append(str(path))
+        elif path.suffix == ".json" and path.is_file():
+            try:
+                json.loads(path.read_text())
+            except ValueError:
+                left.append(str(path))
+    return left
 
 
 def kept_in(err: str) -> Path:
@@ -110,6 +153,7 @@ def test_a_full_disk_keeps_the_result_elsewhere_and_says_where(tmp_path):
     assert kept.parent.parent == tmp_path / "tmp"  # the user's temporary folder
     assert json.loads(kept.read_text())["status"] == "ok"
     assert not (tmp_path / "run" / "results.json").exists()
+    assert no_partial_file(tmp_path / "run") == []
     client, _, [child] = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
     assert child.info.status == "FINISHED"  # MLflow recorded it from the fallback folder
     assert "results.json" in {a.path for a in client.list_artifacts(child.info.run_id)}
@@ -128,6 +172,35 @@ def test_a_full_disk_in_one_job_goes_on_with_the_sweep_and_closes_its_parent(tmp
     _, [parent], children = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
     assert parent.info.status == "FINISHED" and len(children) == 2
     assert {c.data.params["seed"] for c in children} == {"0", "1"}
+
+
+@pytest.mark.parametrize("launcher", [["hydra/launcher=basic"], []])
+def test_a_disk_that_fills_after_the_first_job_stops_the_sweep_exit_4(launcher, tmp_path):
+    """Everything under job 1's folder fails as on a full disk, Hydra's own files too: the
+    sweep stops with one line and exit 4 (an output that cannot be written, not bad input),
+    job 0 stays recorded, what was measured of job 1 is kept elsewhere (rnnexp's launcher
+    measures both first), the parent run ends, and no file is left half written."""
+    (tmp_path / "tmp").mkdir()
+    sweep = tmp_path / "sweep"
+    code, out, err = finish(start("-m", *launcher, *TINY, "seed=0,1",
+                                  f"hydra.sweep.dir={sweep}", tmp=tmp_path,
+                                  **full_disk(tmp_path, sweep / "1", everything=True)))
+    assert code == exit_codes.OUTPUT_FAILED, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(
+        f"error: cannot write {sweep / '1'}/"), err
+    assert "No space left on device" in err.strip().splitlines()[-1]
+    assert load_results(sweep / "0")["status"] == "ok"
+    assert not (sweep / "1" / "results.json").exists()
+    assert no_partial_file(sweep) == []
+    if not launcher:  # measured with job 0, in one window: kept
+        (line,) = [ln for ln in err.splitlines() if "the result is kept in " in ln]
+        kept = Path(line.rsplit("the result is kept in ", 1)[1])
+        assert json.loads(kept.read_text())["config"]["seed"] == 1
+    _, [parent], children = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    assert parent.info.status != "RUNNING"
+    assert "No space left on device" in parent.data.tags["reason"]
+    assert "0" in {c.data.params["seed"] for c in children}
 
 
 def test_a_run_folder_gone_mid_run_keeps_the_result_elsewhere(tmp_path):

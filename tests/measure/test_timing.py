@@ -223,3 +223,41 @@ def test_a_timer_continues_across_rounds_with_one_block_size():
     timer.run(2, block=5, samples=samples)
     assert len(samples.forward_ms) == 5 and samples.block == 5
     assert work.calls["forward"] == 1 + 25 and samples.total_ms == [7.0] * 5
+
+
+class Marked(Synthetic):
+    """A workload whose backend replays CUDA graphs: it wants a step mark before each
+    iteration's forward. Step marks cost 1000 ms on the fake clock, so a mark inside a
+    timed region would show in the samples."""
+
+    def __init__(self, clock, backward=True):
+        super().__init__(clock, backward)
+        self.log = []
+
+    def step_begin(self):
+        self.log.append("step")
+        self.clock.now_ms += 1000.0
+
+    def run_forward(self):
+        self.log.append("forward")
+        return super().run_forward()
+
+
+@pytest.mark.parametrize("backward", [True, False])
+@pytest.mark.parametrize("block_ms", [0.0, 20.0])
+def test_cuda_graph_step_marks_come_before_every_forward_outside_the_timed_region(
+        backward, block_ms):
+    clock = FakeClock()
+    steps = Marked(clock, backward)
+    samples = measure(steps, warmup=2, iters=3, clock=clock, backward=backward,
+                      block_ms=block_ms)
+    assert steps.log == ["step", "forward"] * steps.calls["forward"]
+    assert set(samples.forward_ms) == {2.0}
+    assert set(samples.backward_ms) == ({5.0} if backward else set())
+
+
+def test_workloads_without_cuda_graphs_get_no_step_marks():
+    clock = FakeClock()
+    steps = Synthetic(clock)  # no step_begin attribute at all
+    measure(steps, warmup=1, iters=2, clock=clock)
+    assert steps.calls["forward"] == 3

@@ -245,7 +245,8 @@ def test_sync_bad_folder_is_one_line(tmp_path, capsys):
     rc, _, err = call("sync", str(tmp_path / "nope"), capsys=capsys)
     assert rc == 2
     assert err.strip().splitlines() == [
-        f"error: {tmp_path / 'nope'}: no such folder — give a run or sweep folder under outputs/"]
+        f"error: {tmp_path / 'nope'}: no such file or folder — give a results.json, a run "
+        "folder or a sweep folder (outputs/runs/…, outputs/sweeps/…)"]
 
 
 def test_relative_sqlite_uri_is_refused_in_one_line():

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from rnnexp.config import targets
+from rnnexp.results import files
 from rnnexp.results.result import Result
 
 SWEEP_FILE = "sweep.json"
@@ -46,7 +47,7 @@ class Sweep:
 
     def save(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / SWEEP_FILE).write_text(json.dumps(asdict(self), indent=2))
+        files.write_text(self.path / SWEEP_FILE, json.dumps(asdict(self), indent=2))
 
     @classmethod
     def _read(cls, folder: Path) -> Optional[Sweep]:

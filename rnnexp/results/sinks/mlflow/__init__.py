@@ -53,6 +53,10 @@ def _check_creatable(path: Path) -> None:
                           "writable folder)", "choose a writable folder")
 
 
+# MLflow's longest experiment name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH, read
+# there by a test: importing MLflow costs seconds the config check does not spend).
+MAX_EXPERIMENT_NAME = 500
+
 # The stores whose saved view this process has seen to (once each, failed or not): whether
 # the store holds it.
 _VIEW_SAVED: dict[tuple[str, str], bool] = {}
@@ -62,8 +66,18 @@ class Mlflow(Sink):
     @classmethod
     def check_options(cls, uri: str, experiment: str = "rnnexp") -> None:
         check_uri(credentials.redact(str(uri)))
+        cls.check_experiment(experiment)
+
+    @staticmethod
+    def check_experiment(experiment: str) -> None:
+        """A name MLflow takes, checked before anything is measured (MLflow checks it only
+        when the run is recorded)."""
         if not str(experiment).strip():
             raise ConfigError("sinks.mlflow.experiment", "is empty", "name the MLflow experiment")
+        if len(str(experiment)) > MAX_EXPERIMENT_NAME:
+            raise ConfigError("sinks.mlflow.experiment",
+                              f"is {len(str(experiment))} characters long; MLflow takes at "
+                              f"most {MAX_EXPERIMENT_NAME}", "choose a shorter name")
 
     def __init__(self, uri: str, experiment: str = "rnnexp"):
         self.check_options(uri, experiment)
@@ -196,7 +210,8 @@ class Mlflow(Sink):
                               highlight=False, markup=False)
                 done.append(True)
             if parent and (new_parent or any(done)):
-                runs.close_parent(client, parent, jobs, sweep.path)  # type: ignore[union-attr]
+                runs.close_parent(client, parent, jobs, sweep.path,  # type: ignore[union-attr]
+                                  read_only=True)
             self._save_view(client, exp_id)
             self._print_link(exp_id)
         return sum(done), len(done) - sum(done)

@@ -313,18 +313,22 @@ def find_parent(client, exp_id: str, sweep_id: str) -> Optional[str]:
     return runs[0].info.run_id if runs else None
 
 
-def close_parent(client, run_id: str, jobs: Sequence[tuple[Path, Result]], sweep_dir: Path
-                 ) -> None:
-    """Summary table (JSON/CSV/markdown) and chart as artifacts; then the run ends: FAILED
-    when a job failed (verification, a crash), else FINISHED. A sweep folder that cannot
-    be written costs the summary's copy there, not the parent's."""
-    try:
-        paths = summary.write(sweep_dir, jobs)
-    except OSError:  # the tables from a temporary folder (the chart needs the sweep's)
-        paths = summary.write_files(summary.rows_of(jobs, sweep_dir),
-                                    Path(tempfile.mkdtemp(prefix="rnnexp-summary-")))
-    for path in paths:
-        client.log_artifact(run_id, str(path), "summary")
+def close_parent(client, run_id: str, jobs: Sequence[tuple[Path, Result]], sweep_dir: Path,
+                 read_only: bool = False) -> None:
+    """Summary table (JSON/CSV/markdown), chart and, when the report sink wrote it, the HTML
+    report as artifacts; then the run ends: FAILED when a job failed (verification, a
+    crash), else FINISHED. A sweep folder that cannot be written costs the summary's copy
+    there, not the parent's; one only read (`sync`) gets none."""
+    with tempfile.TemporaryDirectory(prefix="rnnexp-summary-") as tmp:
+        try:
+            paths = summary.write(sweep_dir, jobs, into=Path(tmp) if read_only else None)
+        except OSError:  # the tables from the temporary folder (the chart needs the sweep's)
+            paths = summary.write_files(summary.rows_of(jobs, sweep_dir), Path(tmp))
+        report = Path(sweep_dir) / summary.SUMMARY_DIR / summary.REPORT
+        if report.is_file():
+            paths.append(report)
+        for path in paths:
+            client.log_artifact(run_id, str(path), "summary")
     from mlflow.entities import Metric
 
     counts = {"jobs": len(jobs), "jobs_ok": sum(r.status == OK for _, r in jobs),

@@ -1,0 +1,75 @@
+"""Record the real replicates that `benchmarks/history.py` builds its series from: many short
+interleaved sweeps of two configurations, each measured twice (seed=0,1: identical work) in
+three processes, one sweep after the other. Each job keeps its per-process medians and its
+per-process round medians (the raw material of a history point and of a paired A/A probe).
+
+    python benchmarks/history_record.py --sweeps 100 [--out benchmarks/data/history_runs.json]
+
+The file is appended to sweep by sweep, so an interrupted recording keeps what it took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rnnexp.results.result import RESULTS_FILE, Result
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "benchmarks" / "data" / "history_runs.json"
+# One thread: on a 2-core machine shared with other work, two OpenMP threads that spin on
+# an oversubscribed core make a 0.6 ms step take hundreds of ms.
+SWEEP = ["model=lstm,py", "backend=aten", "shape=small", "seed=0,1", "bench.processes=3",
+         "bench.iters=40", "bench.warmup=5", "bench.num_threads=1", "bench.roofline=false",
+         "bench.drift=false", "sinks=[json]"]
+
+
+def job_record(result: Result) -> dict:
+    out = {"model": result.choices.get("model"), "seed": result.config.get("seed"),
+           "status": result.status, "flags": result.flags}
+    p = result.phase("total")  # fwd+bwd: what a history follows by default
+
+    def short(v):
+        return None if v is None else float(f"{v:.5g}")
+
+    out["total"] = {"process_medians_ms": [short(v) for v in p.process_medians_ms
+                                           or [p.median_ms]],
+                    "rounds_ms": [[short(v) for v in row] for row in p.rounds_ms]}
+    return out
+
+
+def one_sweep(folder: Path) -> dict:
+    started = time.time()
+    load1 = os.getloadavg()[0]
+    subprocess.run([sys.executable, "-m", "rnnexp", "-m", *SWEEP, f"hydra.sweep.dir={folder}"],
+                   cwd=ROOT, check=True, capture_output=True)
+    jobs = [job_record(Result.load(p)) for p in sorted(folder.glob(f"*/{RESULTS_FILE}"))]
+    return {"at": started, "load1": load1, "wall_s": time.time() - started, "jobs": jobs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweeps", type=int, default=100)
+    parser.add_argument("--out", type=Path, default=DATA)
+    args = parser.parse_args()
+    data = json.loads(args.out.read_text()) if args.out.exists() else {
+        "sweep": SWEEP, "host_cores": os.cpu_count(), "sweeps": []}
+    with tempfile.TemporaryDirectory(prefix="rnnexp-history-") as tmp:
+        for n in range(args.sweeps):
+            try:
+                data["sweeps"].append(one_sweep(Path(tmp) / str(n)))
+            except subprocess.CalledProcessError as err:
+                print(f"sweep {n} failed: {err.stderr.decode()[-300:]}", file=sys.stderr)
+                continue
+            args.out.write_text(json.dumps(data, separators=(",", ":")))
+            print(f"{len(data['sweeps'])} sweeps recorded", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""`rnnexp report [SWEEP…] [--against SWEEP] [--baseline KEY=VALUE] [-o FILE]`: one HTML file
+that shows a sweep — or several together — as a person reads it: the status matrix, the
+comparison's forest plot (with a baseline), the roofline, the environments and every cell's
+details with the command that measures it again. It opens offline from disk, and is logged
+to each sweep's MLflow parent run (under report/) when the sweep was read from MLflow.
+
+A SWEEP is what `rnnexp compare` takes: a results folder, or an MLflow parent run id or
+name (default: the latest sweep). Comparisons are judged exactly as `rnnexp compare` judges
+them (its --baseline, --against, --min-effect and --fail-on-regression).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Optional, Sequence
+
+from rnnexp.analysis import compare, significance
+from rnnexp.analysis.report import publish
+from rnnexp.analysis.sweeps import Sweep
+from rnnexp.config.schema import default_store_uri
+from rnnexp.errors import OneLineParser, RnnexpError
+from rnnexp.results import exit_codes
+from rnnexp.results.report import print_error
+
+DEFAULT_FOLDER = Path("outputs/reports")
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = OneLineParser(prog="rnnexp report",
+                           description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("sweeps", nargs="*", metavar="SWEEP",
+                        help="results folders, or MLflow parent run ids or names (default: "
+                             "the latest sweep in the store); several are shown together")
+    parser.add_argument("--baseline", default=None, metavar="KEY=VALUE",
+                        help="e.g. backend=cudnn or model=lstm: every cell against it")
+    parser.add_argument("--against", default=None, metavar="SWEEP",
+                        help="a baseline sweep: every cell against the run of it that "
+                             "measured the same configuration")
+    parser.add_argument("--min-effect", type=float, default=100 * significance.MIN_EFFECT,
+                        metavar="PCT", help="smallest difference reported, in %% (default: "
+                                            f"{100 * significance.MIN_EFFECT:g})")
+    parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
+                        help="the gate line; exit 3 if a cell is significantly slower than "
+                             "its baseline by PCT%% or more")
+    parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+                        help=f"the HTML file (default: {DEFAULT_FOLDER}/<what it shows>.html)")
+    parser.add_argument("--tracking-uri", default=default_store_uri(),
+                        help=f"MLflow store (default: {default_store_uri()})")
+    parser.add_argument("--experiment", default="rnnexp", help="experiment (default: rnnexp)")
+    args = parser.parse_args(argv)
+    args.sweep = args.sweeps[0] if args.sweeps else None  # compare's name for the first
+    if args.baseline and args.against:
+        raise RnnexpError("--baseline and --against: choose one (a baseline option within "
+                          "the sweeps, or a baseline sweep)")
+    if args.fail_on_regression is not None and not (args.baseline or args.against):
+        raise RnnexpError("--fail-on-regression needs a baseline — add --against SWEEP or "
+                          "--baseline KEY=VALUE")
+    for name in ("min_effect", "fail_on_regression"):
+        value = getattr(args, name)
+        if value is not None and not 0 <= value < 100:
+            raise RnnexpError(f"--{name.replace('_', '-')} {value:g}: a percentage in "
+                              "[0, 100) — e.g. 5 for 5%")
+    if args.output is not None and args.output.suffix.lower() not in (".html", ".htm"):
+        raise RnnexpError(f"-o {args.output}: the report is an HTML file — name it "
+                          f"{args.output.with_suffix('.html')}")
+    return args
+
+
+def together(loaded: Sequence[Sweep]) -> Sweep:
+    """Several sweeps as one: their runs side by side, each numbered in turn."""
+    if len(loaded) == 1:
+        return loaded[0]
+    return Sweep(name=" + ".join(s.name for s in loaded),
+                 runs=[r for s in loaded for r in s.runs])
+
+
+def paired(args: argparse.Namespace, stores: compare.Stores
+           ) -> tuple[compare.Comparison, list[Sweep]]:
+    """The sweeps (together) and, with --against or --baseline, each run's baseline; the
+    sweeps read, whose parent runs get the report."""
+    loaded = [stores.load(name) for name in args.sweeps or [None]]
+    sweep = together(loaded)
+    if args.against:
+        base = stores.load(args.against)
+        what = compare.differs(sweep.runs, base.runs)
+        title = f"{sweep.name}  vs baseline  {base.name}  (" + (
+            "; ".join(what) if what else "no config difference recorded") + ")"
+        return compare.Comparison(sweep, sweep.runs,
+                                  compare.baselines_across(sweep.runs, base.runs),
+                                  title), loaded
+    if args.baseline:
+        key, value = compare.parse_baseline(args.baseline, sweep.runs)
+        return compare.Comparison(sweep, sweep.runs,
+                                  compare.baselines_within(sweep.runs, key, value),
+                                  f"{sweep.name}  (baseline {key}={value})"), loaded
+    return compare.Comparison(sweep, sweep.runs, None, sweep.name), loaded
+
+
+def output(args: argparse.Namespace, loaded: Sequence[Sweep]) -> Path:
+    if args.output is not None:
+        return args.output
+    names = [compare.chart_name(s, args).removesuffix(".png") for s in loaded[:1]]
+    more = f"-and-{len(loaded) - 1}-more" if len(loaded) > 1 else ""
+    return DEFAULT_FOLDER / f"{names[0]}{more}.html"
+
+
+def report(args: argparse.Namespace) -> int:
+    stores = compare.Stores(args.tracking_uri, args.experiment)
+    c, loaded = paired(args, stores)
+    if c.bases is not None:
+        c.cells = compare.judge(c.runs, c.bases, args.min_effect / 100,
+                                (args.fail_on_regression or 0) / 100)
+    keys = compare.varying(c.runs)
+    data = compare.report_of(c, keys, args, sources=[s.name for s in loaded])
+    publish.write(data, output(args, loaded), loaded, stores.client, "report")
+    if args.fail_on_regression is None:
+        return exit_codes.OK
+    found = compare.regressions(c.runs, c.cells, args.fail_on_regression)
+    for line in found:
+        print_error(line)
+    return exit_codes.REGRESSION if found else exit_codes.OK
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`rnnexp report ARGS`; errors reach rnnexp.app.commands' boundary."""
+    args = parse_args(argv)
+    try:
+        with compare.store.http_limits():
+            return report(args)
+    except Exception as err:
+        if not compare.from_the_store(err) or isinstance(err, RnnexpError):
+            raise
+        raise RnnexpError(f"MLflow store {compare.redact(str(args.tracking_uri))}: "
+                          f"{compare.redact(compare.store.short_reason(err))}") from None

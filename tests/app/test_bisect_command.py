@@ -1,0 +1,121 @@
+"""rnnexp bisect through the command, on real interpreters: environments made as a user would
+(venvs over this one's packages), one of them slowed for real (oneDNN's RNN kernels off at
+start-up), one that cannot run rnnexp at all."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from rnnexp.app import environments
+from rnnexp.app.commands import run_command
+
+MEASUREMENT = ["model=lstm", "backend=aten", "shape=small", "bench.iters=12", "bench.warmup=3",
+               "bench.processes=2", "bench.num_threads=1", "bench.roofline=false",
+               "bench.drift=false"]
+
+
+def venv(tmp: Path, name: str, startup: str = "", runs_rnnexp: bool = True) -> str:
+    python = environments.overlay(tmp / name, sys.executable)
+    site = Path(environments.purelib(str(python)))
+    if not runs_rnnexp:
+        (site / environments.BASE_PTH).unlink()
+    if startup:
+        (site / "zzz_startup.pth").write_text(startup + "\n")
+    return str(python)
+
+
+@pytest.mark.slow
+def test_a_real_slowdown_is_found_and_a_broken_environment_is_no_slowdown(tmp_path, capsys):
+    envs = [venv(tmp_path, "good"), venv(tmp_path, "broken", runs_rnnexp=False),
+            venv(tmp_path, "same"),
+            venv(tmp_path, "slow", "import torch; torch.backends.mkldnn.set_flags(False)")]
+    rc = run_command("bisect", ["--pythons", *envs, "--workdir", str(tmp_path / "work"),
+                                "--", *MEASUREMENT])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert f"culprit: {envs[3]} (environment 3" in out
+    probes = [ln for ln in out.splitlines() if ln.startswith("probe ")]
+    broken = [ln for ln in probes if "env 1 " in ln]
+    # Declined before timing (its interpreter cannot import rnnexp): never read as a slowdown.
+    assert broken and all("failed: unsupported: bench.python:" in ln and "cannot import rnnexp"
+                          in ln for ln in broken)
+    assert any("env 2 " in ln for ln in probes)
+    assert f"bench.python={envs[2]},{envs[3]}" in out  # the command that reproduces it
+
+
+def test_bad_arguments_are_one_line(tmp_path, capsys):
+    py = sys.executable
+    cases = [
+        (["--pythons", py, "--", "model=lstm"], "at least two interpreters"),
+        (["--pythons", py, str(tmp_path / "nope"), "--", "model=lstm"], "not an executable"),
+        (["--pythons", py, py], "no measurement named"),
+        (["--pythons", py, py, "--", "bench.python=/x"], "sets bench.python itself"),
+        (["--pythons", py, py, "--", "model=lstm,jit"], "one measurement at a time"),
+        (["--commits", "nope", "--", "model=lstm"], "expected GOOD..BAD"),
+        (["--commits", "HEAD~1..nope", "--repo", str(tmp_path), "--", "model=lstm"],
+         "--commits HEAD~1..nope"),
+        (["--pythons", py, py, "--confidence", "2", "--", "model=lstm"], "--confidence 2"),
+    ]
+    for argv, says in cases:
+        assert run_command("bisect", argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and says in err, (argv, err)
+
+
+@pytest.fixture(scope="module")
+def real_result(tmp_path_factory):
+    """One real quick run's result (copies are varied into probe sweeps)."""
+    import os
+    import subprocess
+
+    from rnnexp.results.result import Result
+    from tests.conftest import ROOT, TINY
+
+    tmp = tmp_path_factory.mktemp("run")
+    proc = subprocess.run([sys.executable, "-m", "rnnexp", "model=lstm", "backend=aten", *TINY,
+                           "bench.roofline=false", "sinks=[json]", f"hydra.run.dir={tmp}/run"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stderr
+    return Result.load(tmp / "run" / "results.json")
+
+
+def probe_sweep(base, folder: Path, candidate_status: str, slower: float = 1.0) -> Path:
+    """A probe's sweep folder: job 0 under interpreter A (the good end), job 1 under B."""
+    import copy
+
+    from rnnexp.results.result import OK
+
+    for job, (python, status, factor) in enumerate((("/a/python", OK, 1.0),
+                                                    ("/b/python", candidate_status, slower))):
+        result = copy.deepcopy(base)
+        result.config["bench"]["python"] = python
+        result.status = status
+        result.reason = "" if status == OK else "outputs differ from the reference"
+        for phase in result.phases.values():
+            if phase.timed:
+                phase.rounds_ms = [[factor * (1 + 0.01 * ((r * 7 + p) % 5)) for r in range(12)]
+                                   for p in range(3)]
+        (folder / str(job)).mkdir(parents=True)
+        result.save(folder / str(job))
+    return folder
+
+
+def test_a_probe_that_failed_verification_is_failed_not_slow(real_result, tmp_path):
+    from rnnexp.app.bisect import judged
+    from rnnexp.results.result import INVALID
+
+    folder = probe_sweep(real_result, tmp_path / "p", INVALID, slower=3.0)
+    probe = judged(5, folder, "/a/python", "/b/python", returncode=1)
+    assert probe.failed.startswith("verification_failed") and probe.difference is None
+    ok = judged(5, probe_sweep(real_result, tmp_path / "q", "ok", slower=1.2), "/a/python",
+                "/b/python", returncode=0)
+    assert not ok.failed and 0.15 < ok.slowdown < 0.2  # log(1.2) = 0.18
+    nothing = tmp_path / "r"
+    nothing.mkdir()
+    (nothing / "probe.log").write_text("error: bench.python: /b/python did not start\n")
+    gone = judged(5, nothing, "/a/python", "/b/python", returncode=2)
+    assert gone.failed == "did not run (exit 2): error: bench.python: /b/python did not start"
