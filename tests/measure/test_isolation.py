@@ -19,7 +19,10 @@ SMALL = ["model=lstm", "backend=aten", "device=cpu", "shape=small", "bench=quick
 
 
 def planned(*overrides):
-    (cfg,) = check([*SMALL, *overrides], multirun=False)
+    """SMALL with `overrides` (which replace SMALL's entries for the same key)."""
+    given = {o.split("=", 1)[0] for o in overrides}
+    (cfg,) = check([*(o for o in SMALL if o.split("=", 1)[0] not in given), *overrides],
+                   multirun=False)
     return job.plan(cfg, {"model": "lstm", "backend": "aten"}, list(overrides))
 
 
