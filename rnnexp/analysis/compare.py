@@ -478,13 +478,10 @@ def report_of(c: Comparison, keys: list[str], args: argparse.Namespace,
 
 
 def chart_name(sweep: Sweep, args: argparse.Namespace) -> str:
-    """What the chart shows, in its file name."""
-    name = Path(sweep.name.split("  ")[0]).name or "sweep"
-    if args.against:
-        name += f"-vs-{Path(str(args.against)).name}"
-    elif args.baseline:
-        name += f"-baseline-{args.baseline}"
-    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name) + ".png"
+    """What the chart shows, in a short file name (rnnexp.analysis.compare_chart)."""
+    from rnnexp.analysis import compare_chart
+
+    return compare_chart.file_name(sweep.name, args.baseline, args.against)
 
 
 def roofline_path(sweep: Sweep, chart: Path) -> Path:

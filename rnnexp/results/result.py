@@ -86,18 +86,20 @@ def format_ms(median: Optional[float], iqr: Optional[float]) -> str:
 
 
 def _decimals(value: float) -> int:
-    """Decimals that show about four significant digits, at most three (a millisecond
-    figure past the microsecond says nothing) and none from 1000 ms on."""
+    """Decimals that show three significant digits — run-to-run noise is percents, not
+    per mille — at most three (past the microsecond a millisecond figure says nothing),
+    none from 100 ms on."""
     if value <= 0 or not math.isfinite(value):
         return 3
-    return max(0, min(3, 3 - math.floor(math.log10(value))))
+    return max(0, min(3, 2 - math.floor(math.log10(value))))
 
 
 def format_quartiles(median: Optional[float], q1: Optional[float],
                      q3: Optional[float]) -> str:
     """The one way a time is shown: the median and, in brackets, the 25th and 75th
-    percentiles of the iterations, `0.700 [0.512, 22.3]` ms — a skewed sample reads as
-    skewed, and nothing suggests a time below zero. All three with the median's decimals."""
+    percentiles of the iterations — `0.700 [0.512, 22.321]`, `17.0 [16.5, 18.1]` ms — so a
+    skewed sample reads as skewed and nothing suggests a time below zero; three significant
+    digits of the median, the quartiles with its decimals."""
     if median is None:
         return "—"
     d = _decimals(median)
