@@ -17,7 +17,7 @@ from rnnexp.results.result import INTERRUPTED, OK, RESULTS_FILE, Result
 from rnnexp.results.sinks import Jobs, Sink, Sweep
 
 # A sweep names its job folders one by one up to this many, else one example.
-JOBS_LISTED = 8
+JOBS_LISTED = 4
 
 
 class Console(Sink):
