@@ -114,3 +114,22 @@ def test_a_real_sweep_prints_one_table_then_where_and_its_next_command_runs(tmp_
                          text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr
     assert "jit" in ran.stdout and (tmp_path / "c.png").is_file()
+
+
+def test_each_reason_for_a_flag_is_said_once_for_the_jobs_it_was_true_of():
+    from rnnexp.machine.environment import Environment
+    from rnnexp.results.sinks.console import sweep_warnings
+
+    jobs = []
+    for num, (model, iqr) in enumerate([("lstm", 24), ("jit", 39), ("py", None)]):
+        r = result(model)
+        r.environment = Environment()
+        r.environment.flag("busy", "machine busy: other processes used 1.3 of 2 cores")
+        if iqr is not None:
+            r.environment.flag("high_spread", f"spread high: forward IQR {iqr}% of median")
+        jobs.append((Path(str(num)), r))
+    assert sweep_warnings(jobs) == [
+        "timings may not be trustworthy in 3 jobs (lstm, jit, py): machine busy: other "
+        "processes used 1.3 of 2 cores",
+        "timings may not be trustworthy in 2 jobs (lstm, jit): spread high: forward IQR 24% "
+        "of median — lstm's figures; each job's are in its results.json"]

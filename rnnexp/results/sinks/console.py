@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -42,14 +41,37 @@ class Console(Sink):
         results = [r for _, r in jobs]
         console.print(results_table(results, title=f"rnnexp sweep: {len(jobs)} jobs",
                                     wide=self.wide, shorten=True))
-        warnings = Counter(r.environment.warning_line() for r in results
-                           if r.environment is not None and r.environment.warnings)
-        for line, n in warnings.items():  # each once, however many jobs it was true of
-            print_warning(line + (f" ({n} jobs)" if n > 1 else ""))
+        for line in sweep_warnings(jobs):
+            print_warning(line)
 
     def on_sweep_closed(self, sweep: Sweep, jobs: Jobs) -> None:
         for line in where_it_went(sweep.path, jobs):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def sweep_warnings(jobs: Jobs) -> list[str]:
+    """Each reason the machine was flagged for, once for all the jobs it was true of (the
+    status column shows each job's flags): `… in 3 jobs (lstm, py, jit): spread high: …`,
+    with the first job's figures when theirs differ."""
+    by_flag: dict[str, list[tuple[str, str]]] = {}
+    for name, (_, r) in zip(job_links.names(jobs), jobs, strict=True):
+        env = r.environment
+        if env is None or not env.warnings:
+            continue
+        pairs = zip(env.flags, env.warnings, strict=True) if len(env.flags) == len(env.warnings) \
+            else [("", "; ".join(env.warnings))]
+        for flag, why in pairs:
+            by_flag.setdefault(flag, []).append((name, why))
+    lines = []
+    for seen in by_flag.values():
+        names = [n for n, _ in seen]
+        who = seen[0][0] if len(seen) == 1 else f"{len(seen)} jobs" + (
+            f" ({', '.join(names)})" if len(seen) <= JOBS_LISTED else "")
+        same = len({why for _, why in seen}) == 1
+        lines.append(f"timings may not be trustworthy in {who}: {seen[0][1]}"
+                     + ("" if same else f" — {seen[0][0]}'s figures; each job's are in its "
+                                        "results.json"))
+    return lines
 
 
 def shown(path: Path) -> str:
