@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 from rnnexp.analysis.significance import Difference
 from rnnexp.analysis.sweeps import PHASES, Run
 from rnnexp.results.result import label
-from rnnexp.results.summary import plain_title, save
+from rnnexp.results.summary import finish, panel, plain_title, save
 
 COLORS = {"faster": "#1a7f37", "slower": "#cf222e", "~": "#6e7781", "?": "#bf8700"}
 MEANING = ("dot: speedup = baseline ÷ candidate (>1: faster) · line: its 95% interval · "
@@ -92,17 +92,9 @@ def figure(runs: Sequence[Run], bases: Sequence[Optional[Run]],
                 ax.annotate(d.cell(), (1, yi), xycoords=("axes fraction", "data"),
                             xytext=(4, 0), textcoords="offset points", ha="left",
                             va="center", fontsize=7, color=COLORS.get(d.verdict, "#333"))
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("speedup over the baseline (×)", fontsize=8)
-        ax.grid(True, axis="x", alpha=0.3)
-        ax.tick_params(labelsize=7)
-    axes[0][0].set_yticks(y, names, fontsize=8)
-    axes[0][0].set_ylim(len(names) - 0.5, -0.5)  # the first run on top, as in the table
-    fig.suptitle("How much faster than the baseline is each run?\n"
-                 + textwrap.fill(plain_title(title), 110), fontsize=9)
-    fig.text(0.01, 0.01, MEANING, fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return fig
+        panel(ax, name, "speedup over the baseline (×)")
+    return finish(fig, names, "How much faster than the baseline is each run?\n"
+                  + textwrap.fill(plain_title(title), 110), MEANING)
 
 
 def draw(runs: Sequence[Run], bases: Sequence[Optional[Run]],

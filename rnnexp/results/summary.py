@@ -168,17 +168,29 @@ def figure(labels: Sequence[str], phases: Sequence[tuple[str, Sequence[Optional[
             ax.annotate(f"{med:.3g}", (end, yi), xytext=(5, 0), textcoords="offset points",
                         va="center", fontsize=7)
         ax.set_xlim(0, max(ends) * 1.22)  # room for the values written beside the ends
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("ms per iteration", fontsize=8)
-        ax.grid(True, axis="x", alpha=0.3)
-        ax.tick_params(labelsize=7)
-    axes[0][0].set_yticks(y, names, fontsize=8)
-    axes[0][0].set_ylim(len(names) - 0.5, -0.5)  # the first job on top, as in the table
+        panel(ax, name, "ms per iteration")
     context = plain_title(context)
     lines = [question, *([f"all {common}"] if common else []), *([context] if context else [])]
-    fig.suptitle(textwrap.fill(lines[0], 90) + "".join(f"\n{t}" for t in lines[1:]),
-                 fontsize=9)
-    fig.text(0.01, 0.01, SPREAD, fontsize=7, color="#555555")
+    return finish(fig, names, textwrap.fill(lines[0], 90) + "".join(f"\n{t}" for t in lines[1:]),
+                  SPREAD)
+
+
+def panel(ax, title: str, xlabel: str) -> None:
+    """A panel of a row chart: its title, its axis named, a light grid along it."""
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.tick_params(labelsize=7)
+
+
+def finish(fig, names: Sequence[str], title: str, meaning: str):
+    """A row chart's rows named, the first on top as in the table; its title; what its marks
+    mean written under the plot, never in a legend over the data."""
+    ax = fig.axes[0]
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    fig.suptitle(title, fontsize=9)
+    fig.text(0.01, 0.01, meaning, fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
