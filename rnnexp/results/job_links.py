@@ -32,8 +32,8 @@ def names(jobs: Sequence[tuple[Path, Result]]) -> list[str]:
         if len(same) < 2:
             continue
         differ = _differing([jobs[i][1].overrides for i in same])
-        for i in same:
-            extra = ",".join(o for o in jobs[i][1].overrides if o in differ[i])
+        for i, own in zip(same, differ, strict=True):
+            extra = ",".join(o for o in jobs[i][1].overrides if o in own)
             out[i] = f"{name},{extra}" if extra else name
     counts: dict[str, int] = {}
     for n in out:

@@ -45,6 +45,11 @@ def test_jobs_are_named_by_what_tells_them_apart():
     # The same label: the overrides they differ in, then the folder.
     seeds = [(Path(str(i)), result("lstm", [f"seed={i}", "bench=quick"])) for i in range(2)]
     assert job_links.names(seeds) == ["lstm·aten·small·cpu,seed=0", "lstm·aten·small·cpu,seed=1"]
+    # A sweep over two keys, one of them not in the label: told apart within each model.
+    grid = [(Path(str(i)), result(m, [f"bench.iters={n}"]))
+            for i, (m, n) in enumerate([("lstm", 3), ("lstm", 4), ("gru", 3), ("gru", 4)])]
+    assert job_links.names(grid) == ["lstm,bench.iters=3", "lstm,bench.iters=4",
+                                     "gru,bench.iters=3", "gru,bench.iters=4"]
     repeats = [(Path(str(i)), result("lstm")) for i in range(2)]
     assert job_links.names(repeats) == ["lstm·aten·small·cpu#0", "lstm·aten·small·cpu#1"]
     odd = [(Path("0"), result("lstm", ["bench.python=/a/bin/python"])),
