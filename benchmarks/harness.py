@@ -1,7 +1,7 @@
 """`make bench`: the harness's own speed and honesty, as ratios measured side by side in one
 run (absolute times on a shared machine are noise; the inputs are printed with each ratio).
 
-    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa] [compare] [report]
+    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa] [compare] [report] [startup]
     (default: all)
 
 - overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
@@ -37,6 +37,8 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   history starts empty (a cache of its own): early trials apart can only say "cannot tell".
 - report: the HTML report of `--cells` cells — its cost at a sweep's end beside the
   summary's, its size, and how fast it opens in headless Chromium (benchmarks/report_bench.py).
+- startup: the help page, a command line's error and `compare`'s argument error against the
+  floor they all pay and torch's import, fresh processes in turn (benchmarks/startup_bench.py).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ FASTRNNS_SET = [
 ]
 
 
-PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "report")
+PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "report", "startup")
 
 
 def load() -> str:
@@ -427,7 +429,8 @@ def record(t: dict, wall: float, cells: dict, alarms: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="*", default=[],
-                        help="any of: overhead fastrnns fidelity aa compare report (default: all)")
+                        help="any of: overhead fastrnns fidelity aa compare report startup "
+                             "(default: all)")
     parser.add_argument("--jobs", type=int, nargs=2, default=[2, 8], metavar=("N1", "N2"),
                         help="overhead: the two sweep sizes (default 2 8)")
     parser.add_argument("--rounds", type=int, default=1,
@@ -465,6 +468,10 @@ def main(argv: list[str] | None = None) -> None:
         from report_bench import report
 
         report(args.cells, args.loads)
+    if "startup" in parts:
+        from startup_bench import startup
+
+        startup()
 
 
 if __name__ == "__main__":

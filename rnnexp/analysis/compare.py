@@ -36,27 +36,29 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from mlflow.exceptions import MlflowException
 from rich.markup import escape
 from rich.table import Table
 
-from rnnexp.analysis import compare_chart, compare_costs, roofline_chart, significance, sweeps
-from rnnexp.analysis.report import build, publish
-from rnnexp.analysis.report.model import Report
-from rnnexp.analysis.significance import Difference
-from rnnexp.analysis.sweeps import PHASES, Run, Sweep
 from rnnexp.config.credentials import redact
 from rnnexp.config.schema import default_store_uri
 from rnnexp.errors import OneLineParser, RnnexpError
-from rnnexp.results import exit_codes, summary
+from rnnexp.results import exit_codes
 from rnnexp.results.report import console, print_error, print_warning
-from rnnexp.results.result import OK, format_ms, label
-from rnnexp.results.sinks.mlflow import store
+
+# What reads and judges results (torch, SciPy and MLflow come with them) is imported by the
+# functions that use it: an argument error and --help answer without them.
+if TYPE_CHECKING:
+    from rnnexp.analysis.report.model import Report
+    from rnnexp.analysis.significance import Difference
+    from rnnexp.analysis.sweeps import Run, Sweep
 
 EXIT_USER_ERROR = exit_codes.USER_ERROR
 EXIT_REGRESSION = exit_codes.REGRESSION
+# rnnexp.analysis.significance.MIN_EFFECT in %, repeated here so that parsing the arguments
+# needs no SciPy (tests/analysis/test_compare.py holds the two equal).
+MIN_EFFECT_PCT = 3.0
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -72,9 +74,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--against", default=None, metavar="SWEEP",
                         help="a second sweep (folder, parent run id or name) as the baseline: "
                              "A/B by matching configurations")
-    parser.add_argument("--min-effect", type=float, default=100 * significance.MIN_EFFECT,
+    parser.add_argument("--min-effect", type=float, default=MIN_EFFECT_PCT,
                         metavar="PCT", help="smallest difference shown, in %% (default: "
-                                            f"{100 * significance.MIN_EFFECT:g})")
+                                            f"{MIN_EFFECT_PCT:g})")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
                         help=f"exit {EXIT_REGRESSION} if a cell is significantly slower than "
                              "its baseline by PCT%% or more")
@@ -150,6 +152,9 @@ class Stores:
     def load(self, name: Optional[str]) -> Sweep:
         """Results on disk when `name` is a path that exists or is plainly meant as one, else
         the sweep recorded in MLflow under that run id or name (None: the latest)."""
+        from rnnexp.analysis import sweeps
+        from rnnexp.results.sinks.mlflow import store
+
         if name is not None and (Path(name).expanduser().exists() or
                                  sweeps.looks_like_a_path(name)):
             return sweeps.from_folder(Path(name))
@@ -240,6 +245,8 @@ def baselines_across(runs: list[Run], base: list[Run]) -> list[Optional[Run]]:
     def key(r: Run):
         return tuple(r.identity.get(k) for k in keys)
 
+    from rnnexp.results.result import OK
+
     found: dict[tuple, Run] = {}
     for b in base:
         if b.row.status != OK:
@@ -272,12 +279,14 @@ def differs(runs: Sequence[Run], base: Sequence[Run]) -> list[str]:
     return [f"{k}: {b[k]} → {a[k]}" for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
 
 
-Cells = dict[tuple[int, str], Difference]  # (run index, phase) → difference
+Cells = dict[tuple[int, str], "Difference"]  # (run index, phase) → difference
 
 
 def difference(base: Run, run: Run, phase: str) -> Optional[Difference]:
     """Paired by round when both were measured in the same interleaved window, else run
     against run; None when a side has no timing for the phase."""
+    from rnnexp.analysis import significance
+
     b, c = base.stats(phase), run.stats(phase)
     if not (b.timed and c.timed):
         return None
@@ -291,6 +300,10 @@ def difference(base: Run, run: Run, phase: str) -> Optional[Difference]:
 def judge(runs: list[Run], bases: list[Optional[Run]], min_effect: float,
           equivalence: Optional[float] = None) -> Cells:
     """Every timed run against its baseline, per phase, Holm-corrected across all cells."""
+    from rnnexp.analysis import significance
+    from rnnexp.analysis.sweeps import PHASES
+    from rnnexp.results.result import OK
+
     where, diffs = [], []
     for i, (run, base) in enumerate(zip(runs, bases, strict=True)):
         if base is None or base is run or run.row.status != OK or base.row.status != OK:
@@ -336,6 +349,9 @@ def caption(compared: bool) -> str:
 
 def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, title: str,
           keys: Sequence[str]) -> Table:
+    from rnnexp.analysis.sweeps import PHASES
+    from rnnexp.results.result import format_ms
+
     t = Table(title=title, caption=caption(bases is not None))
     for k in keys:
         t.add_column(k)
@@ -364,6 +380,8 @@ def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, t
 
 
 def status_cell(r: Run) -> str:
+    from rnnexp.results.result import OK
+
     if r.row.status != OK:
         return f"[yellow]{escape(r.row.status)}[/]: {escape(r.row.reason)}"
     return "[green]ok[/]" + (f" [yellow]({escape(', '.join(r.flags))})[/]" if r.flags else "")
@@ -394,6 +412,8 @@ def regressions(runs: list[Run], cells: Cells, pct: float) -> list[str]:
 
 def how_judged(cells: Cells) -> str:
     """One line: how many cells were judged which way, and why some could not be."""
+    from rnnexp.analysis import significance
+
     methods = Counter(d.method for d in cells.values())
     parts = [f"{n} {m}" for m, n in sorted(methods.items())]
     reasons = Counter(d.why_not for d in cells.values() if d.why_not)
@@ -441,6 +461,10 @@ def paired(args: argparse.Namespace, stores: Stores) -> Comparison:
 def draw_chart(c: Comparison, keys: list[str], png: Path, client) -> None:
     """Both sides of every cell and the speedup, or the medians alone without a baseline;
     logged to the sweep's parent run when it is in MLflow."""
+    from rnnexp.analysis import compare_chart
+    from rnnexp.results import summary
+    from rnnexp.results.result import OK, label
+
     ok = [r for r in c.runs if r.row.status == OK]
     if not ok:
         return
@@ -472,6 +496,10 @@ def verdict(c: Comparison, fail_on_regression: Optional[float]) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
+    from rnnexp.analysis import compare_costs, sweeps
+    from rnnexp.analysis.report import publish
+    from rnnexp.results.sinks.mlflow import store
+
     with store.http_limits():
         stores = Stores(args.tracking_uri, args.experiment)
         c = paired(args, stores)
@@ -502,6 +530,8 @@ def compare(args: argparse.Namespace) -> int:
 def report_of(c: Comparison, keys: list[str], args: argparse.Namespace,
               sources: Sequence[str] = ()) -> Report:
     """The comparison as an HTML report's data (rnnexp.analysis.report), judged as above."""
+    from rnnexp.analysis.report import build
+
     gate = None if args.fail_on_regression is None else args.fail_on_regression / 100
     return build.report(
         c.title, sources or [c.sweep.name], c.runs, c.bases, c.cells, keys,
@@ -514,23 +544,25 @@ def report_of(c: Comparison, keys: list[str], args: argparse.Namespace,
 
 
 def chart_name(sweep: Sweep, args: argparse.Namespace) -> str:
-    """What the chart shows, in its file name."""
-    name = Path(sweep.name.split("  ")[0]).name or "sweep"
-    if args.against:
-        name += f"-vs-{Path(str(args.against)).name}"
-    elif args.baseline:
-        name += f"-baseline-{args.baseline}"
-    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name) + ".png"
+    """What the chart shows, in a short file name (rnnexp.analysis.compare_chart)."""
+    from rnnexp.analysis import compare_chart
+
+    return compare_chart.file_name(sweep.name, args.baseline, args.against)
 
 
 def roofline_path(sweep: Sweep, chart: Path) -> Path:
     """In the sweep's folder when it is on this machine, else beside the fwd/bwd chart."""
+    from rnnexp.analysis import roofline_chart
+    from rnnexp.results import summary
+
     if sweep.folder is not None and sweep.folder.is_dir():
         return sweep.folder / summary.SUMMARY_DIR / roofline_chart.CHART
     return chart.with_name(f"{chart.stem}-{roofline_chart.CHART}")
 
 
 def draw_roofline(sweep: Sweep, runs: list[Run], keys: list[str], chart: Path, client) -> None:
+    from rnnexp.analysis import roofline_chart
+
     pts, missing = roofline_chart.points(runs, keys)
     roof = roofline_chart.draw(pts, roofline_path(sweep, chart), f"{sweep.name}: roofline")
     logged = ""
@@ -550,12 +582,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as err:
         if not from_the_store(err) or isinstance(err, RnnexpError):
             raise
+        from rnnexp.results.sinks.mlflow import store
+
         raise RnnexpError(f"MLflow store {redact(str(args.tracking_uri))}: "
                           f"{redact(store.short_reason(err))}") from None
 
 
 def from_the_store(err: BaseException) -> bool:
     """An error of the MLflow store or the way to it (its client, HTTP, the database)."""
+    from mlflow.exceptions import MlflowException
+
     return isinstance(err, MlflowException) or type(err).__module__.split(".")[0] in (
         "mlflow", "requests", "urllib3", "sqlalchemy", "sqlite3")
 

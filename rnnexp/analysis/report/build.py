@@ -23,7 +23,8 @@ from rnnexp.results.result import (
     RECOMPILED,
     UNSUPPORTED,
     PhaseStats,
-    format_ms,
+    Row,
+    format_quartiles,
     label,
 )
 
@@ -294,10 +295,6 @@ def sections(run: Run, base: Optional[Run]) -> list[m.Section]:
 Judged = dict[tuple[int, str], Difference]  # compare's cells: (run index, phase) → difference
 
 
-def median(run: Run, phase: str) -> Optional[float]:
-    return getattr(run.row, f"{phase}_median_ms")
-
-
 def verdicts(runs: Sequence[Run], bases: Sequence[Optional[Run]], judged: Judged,
              numbers: dict[int, int], keys: Sequence[str], gate: Optional[float]
              ) -> list[m.Verdict]:
@@ -312,12 +309,16 @@ def verdicts(runs: Sequence[Run], bases: Sequence[Optional[Run]], judged: Judged
         out.append(m.Verdict(
             number=i + 1, label=label(run.config, keys), phase=p,
             baseline=f"#{numbers[id(base)]}" if id(base) in numbers else base.row.label,
-            baseline_ms=format_ms(median(base, p), getattr(base.row, f"{p}_iqr_ms")),
-            candidate_ms=format_ms(median(run, p), getattr(run.row, f"{p}_iqr_ms")),
+            baseline_ms=ms(base.row, p), candidate_ms=ms(run.row, p),
             speedup=d.speedup, low=d.low, high=d.high, verdict=v, text=d.cell(),
             method=d.method, p_holm=d.p_holm, why_not=d.why_not, regression=regression,
             flagged=bool(run.flags or base.flags)))
     return out
+
+
+def ms(row: Row, p: str) -> str:
+    """A phase's time as the console shows it: median [25th, 75th percentile]."""
+    return format_quartiles(*(getattr(row, f"{p}_{s}_ms") for s in ("median", "q1", "q3")))
 
 
 def cells(runs: Sequence[Run], bases: Optional[Sequence[Optional[Run]]],
@@ -333,8 +334,7 @@ def cells(runs: Sequence[Run], bases: Optional[Sequence[Optional[Run]]],
             axes={k: run.config.get(k, "?") for k in keys}, status=run.row.status,
             kind=kind_of(run), headline=headline(run), reason=reason_of(run),
             flags=list(run.flags),
-            fwd=format_ms(run.row.fwd_median_ms, run.row.fwd_iqr_ms),
-            bwd=format_ms(run.row.bwd_median_ms, run.row.bwd_iqr_ms),
+            fwd=ms(run.row, "fwd"), bwd=ms(run.row, "bwd"),
             is_baseline=base is run, verdicts=[v for v in found if v.number == n],
             sections=sections(run, base if base is not run else None),
             command=command(run), samples=samples, rounds=rounds, samples_note=note))
