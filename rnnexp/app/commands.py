@@ -1,7 +1,7 @@
 """`rnnexp [COMMAND] ARGS`: the Hydra app, or one of the tools beside it — and the one error
 boundary they all share.
 
-`rnnexp compare|report|matrix|sync|roofline ARGS` (or `python -m rnnexp COMMAND ARGS`) runs that
+`rnnexp compare|report|matrix|sync|roofline|search ARGS` (or `python -m rnnexp COMMAND ARGS`) runs that
 tool; anything else is the Hydra app (`rnnexp model=jit backend=te`, `rnnexp -m ...`). A
 Hydra override always holds `=` or starts with `-`, `+` or `~`, so a bare command word is
 never one. The boundary: a problem the user can fix (RnnexpError) is one line and exit 2,
@@ -22,6 +22,7 @@ COMMANDS = {
     "matrix": "rnnexp.app.matrix",
     "sync": "rnnexp.app.sync",
     "roofline": "rnnexp.run.roofline",
+    "search": "rnnexp.app.search.command",
 }
 
 
