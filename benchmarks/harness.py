@@ -1,7 +1,7 @@
 """`make bench`: the harness's own speed and honesty, as ratios measured side by side in one
 run (absolute times on a shared machine are noise; the inputs are printed with each ratio).
 
-    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa] [compare] [report]
+    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa] [compare] [report] [search]
     (default: all)
 
 - overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
@@ -37,6 +37,9 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   history starts empty (a cache of its own): early trials apart can only say "cannot tell".
 - report: the HTML report of `--cells` cells — its cost at a sweep's end beside the
   summary's, its size, and how fast it opens in headless Chromium (benchmarks/report_bench.py).
+- search: `rnnexp search` replayed over a recorded 120-cell grid (benchmarks/search_bench.py,
+  benchmarks/data/): over `--seeds` seeds, how often it lands within 3% of the grid's best
+  with 10% of the cells, beside Optuna's default sampler and random search.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ FASTRNNS_SET = [
 ]
 
 
-PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "report")
+PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "report", "search")
 
 
 def load() -> str:
@@ -427,7 +430,8 @@ def record(t: dict, wall: float, cells: dict, alarms: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="*", default=[],
-                        help="any of: overhead fastrnns fidelity aa compare report (default: all)")
+                        help="any of: overhead fastrnns fidelity aa compare report search "
+                             "(default: all)")
     parser.add_argument("--jobs", type=int, nargs=2, default=[2, 8], metavar=("N1", "N2"),
                         help="overhead: the two sweep sizes (default 2 8)")
     parser.add_argument("--rounds", type=int, default=1,
@@ -439,6 +443,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="aa: first runs; compare: repetitions of each check")
     parser.add_argument("--reruns", type=int, default=5, help="aa: reruns per first run")
     parser.add_argument("--cells", type=int, default=1000, help="report: cells (default 1000)")
+    parser.add_argument("--seeds", type=int, default=20, help="search: replayed searches "
+                        "per sampler (default 20)")
     parser.add_argument("--loads", type=int, default=5,
                         help="report: times each report is opened in Chromium")
     args = parser.parse_args(argv)
@@ -465,6 +471,10 @@ def main(argv: list[str] | None = None) -> None:
         from report_bench import report
 
         report(args.cells, args.loads)
+    if "search" in parts:
+        from search_bench import report as search_report
+
+        search_report(args.seeds)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """`rnnexp [COMMAND] ARGS`: the Hydra app, or one of the tools beside it — and the one error
 boundary they all share.
 
-`rnnexp compare|report|matrix|sync|roofline|search ARGS` (or `python -m rnnexp COMMAND ARGS`) runs that
-tool; anything else is the Hydra app (`rnnexp model=jit backend=te`, `rnnexp -m ...`). A
-Hydra override always holds `=` or starts with `-`, `+` or `~`, so a bare command word is
-never one. The boundary: a problem the user can fix (RnnexpError) is one line and exit 2,
+`rnnexp compare|report|matrix|sync|roofline|search ARGS` (or `python -m rnnexp COMMAND ARGS`)
+runs that tool; anything else is the Hydra app (`rnnexp model=jit backend=te`,
+`rnnexp -m ...`). A Hydra override always holds `=` or starts with `-`, `+` or `~`, so a
+bare command word is never one. The boundary: a problem the user can fix (RnnexpError) is one line and exit 2,
 Ctrl-C or SIGTERM exit 128 + the signal, any other failure one line naming it and exit 1
 (HYDRA_FULL_ERROR=1 shows the traceback), as rnnexp.results.exit_codes documents.
 """

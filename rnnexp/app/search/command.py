@@ -41,8 +41,8 @@ def parse_args(argv: Optional[Sequence[str]]):
                         help="the cell every window compares with (default: the first value "
                              "of every searched key)")
     parser.add_argument("--budget", type=int, default=None, metavar="N",
-                        help="cells to try, refused ones included (default: 10%% of the "
-                             "space, at least 8)")
+                        help="cells to measure; cells their plan refuses cost nothing "
+                             "(default: 10%% of the space, at least 8)")
     parser.add_argument("--batch", type=int, default=4, metavar="N",
                         help="cells per interleaved window, the baseline besides (default 4)")
     parser.add_argument("--objectives", default="time,memory",
@@ -94,8 +94,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     tracker = None if args.no_mlflow else tracking.Tracker(args.tracking_uri, args.experiment)
     search = study.Search(s, folder, settings, say=say,
                           on_told=tracker.trial if tracker else None)
-    console.print(f"search: {s.size} cells ({' × '.join(str(len(d.values())) for d in s.dimensions)}"
-                  f"), budget {settings.budget}, windows of {settings.batch} + the baseline "
+    shape = " × ".join(str(len(d.values())) for d in s.dimensions)
+    console.print(f"search: {s.size} cells ({shape}), budget {settings.budget}, windows of "
+                  f"{settings.batch} + the baseline "
                   f"({escape(s.label(s.baseline))}); sampler {settings.sampler}; "
                   f"objectives {', '.join(settings.objectives)}; folder {folder}",
                   highlight=False)
@@ -128,7 +129,8 @@ def _x(value) -> str:
 
 
 def trials_table(search: study.Search) -> Table:
-    t = Table(title=f"cells tried ({search.tried} of {search.space.size}), fastest first "
+    t = Table(title=f"cells tried ({search.tried} of {search.space.size}: {search.measured} "
+                    "measured), fastest first "
                     "by the lower end of the speedup's 95% interval",
               caption="speedup = baseline ÷ cell, paired by round in the cell's window")
     for col in ("#", "cell", "speedup", "95% interval", "peak MiB", "status"):
@@ -156,14 +158,16 @@ def pareto_table(search: study.Search) -> Table:
                       "compile": "first result s"}[o], justify="right")
     for tr in study.pareto(search.study):
         t.add_row(str(tr.number), escape(tr.user_attrs.get("cell", "")),
-                  *(_x(v) for v in tr.values))
+                  *(_x(math.exp(v) if o == "time" else v)
+                    for o, v in zip(names, tr.values, strict=True)))
     return t
 
 
 def announce(search: study.Search, no_confirm: bool, tracker) -> int:
     """The fastest two re-measured against the baseline, and the winner said."""
     ranked = study.ranked(search.study)
-    summary: dict = {"tried": search.tried, "cells": search.space.size,
+    summary: dict = {"tried": search.tried, "measured": search.measured,
+                     "cells": search.space.size,
                      "trials": [{"number": t.number, **t.user_attrs, "values": t.values}
                                 for t in search.first_of().values()]}
     if not ranked:

@@ -144,7 +144,7 @@ def _numbers(values: Sequence[str]) -> Optional[tuple[int, int, int]]:
     if len(ints) < 2 or any(str(i) != v.strip() for i, v in zip(ints, values, strict=True)):
         return None
     step = ints[1] - ints[0]
-    if step <= 0 or any(b - a != step for a, b in zip(ints, ints[1:])):
+    if step <= 0 or any(b - a != step for a, b in zip(ints, ints[1:], strict=False)):
         return None
     return ints[0], ints[-1], step
 

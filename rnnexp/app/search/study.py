@@ -33,21 +33,24 @@ STUDY = "rnnexp-search"
 DB = "study.db"
 # Objectives by name: (direction, what it is).
 OBJECTIVES = {
-    "time": ("maximize", "speedup vs the baseline, lower end of its 95% interval"),
+    # The log of the speedup: cells span orders of magnitude (a thread count that
+    # oversubscribes can be 100× slower), and a ratio's natural scale is its logarithm.
+    "time": ("maximize", "log speedup vs the baseline, lower end of its 95% interval"),
     "memory": ("minimize", "peak memory of the larger phase, MiB above its start"),
     "compile": ("minimize", "a fresh process's time to its first result, s"),
 }
 SAMPLERS = ("gp", "tpe", "random", "default")
 FEASIBLE, INFEASIBLE = 0.0, 1.0
 CONSTRAINT = "ran_and_verified"  # > 0: refused, failed verification, crashed, out of memory
-# Proposals of cells already measured before the loop draws an unmeasured cell itself.
-MAX_REPEATS = 25
+# Proposals of cells already tried, in a row, before the loop draws an untried cell itself
+# (the sampler has nothing new to say; each proposal costs a model fit).
+MAX_REPEATS = 3
 
 
 @dataclass
 class Settings:
     objectives: tuple[str, ...] = ("time", "memory")
-    budget: int = 12  # distinct cells tried (measured, or refused by their plan)
+    budget: int = 12  # distinct cells measured (cells their plan refuses cost nothing)
     batch: int = 4  # cells per window (the baseline besides)
     sampler: str = "gp"
     seed: Optional[int] = None
@@ -117,7 +120,9 @@ def _neutral(objective: str, base: Optional[window.Measured]) -> float:
     """What an infeasible cell is told for an objective: the baseline's level (no gain
     known), so that the models of the objectives are not bent by cells that never ran."""
     if objective == "time":
-        return 1.0
+        d = base.difference if base else None
+        return math.log(d.speedup) if d is not None and window.finite(d.speedup) and \
+            d.speedup > 0 else 0.0
     r = base.result if base else None
     value = (window.peak_mb(r) if objective == "memory" else window.compile_s(r)) if r else None
     return value if window.finite(value) else 0.0
@@ -147,7 +152,7 @@ def judged(params: Params, m: window.Measured, base: Optional[window.Measured],
     values = []
     for o in objectives:
         if o == "time":
-            values.append(bound)
+            values.append(math.log(bound))
             continue
         v = window.peak_mb(r) if o == "memory" else window.compile_s(r)
         attrs["peak_mb" if o == "memory" else "compile_s"] = v
@@ -187,7 +192,13 @@ class Search:
 
     @property
     def tried(self) -> int:
+        """Distinct cells tried: measured, or refused by their plan."""
         return len(self.first_of())
+
+    @property
+    def measured(self) -> int:
+        """Distinct cells measured in a window (what the budget counts)."""
+        return sum(bool(t.user_attrs.get("measured")) for t in self.first_of().values())
 
     def _abandon_unfinished(self) -> None:
         """Trials asked by a search that stopped before their window ended: failed, so their
@@ -200,8 +211,8 @@ class Search:
         self.windows = len(list(self.folder.glob("w[0-9]*")))
         if not self.study.trials:  # the baseline is the first cell: it is measured anyway
             self.study.enqueue_trial(self.space.baseline)
-        while self.tried < self.settings.budget:
-            asked = self._ask_batch(self.settings.budget - self.tried)
+        while self.measured < self.settings.budget:
+            asked = self._ask_batch(self.settings.budget - self.measured)
             if not asked:
                 self.say("every cell of the space has been tried")
                 return
@@ -238,9 +249,6 @@ class Search:
             if refused is not None:
                 self._tell_refused(trial, params, refused)
                 known = self.first_of()
-                room -= 1
-                if len(known) >= self.settings.budget:
-                    break
                 continue
             batch.append((trial, params))
             keys.add(key)
@@ -274,9 +282,9 @@ class Search:
 
     def _level(self, objective: str) -> float:
         """The baseline's measured value of an objective (neutral for refused cells)."""
-        if objective == "time":
-            return 1.0
         base = self.first_of().get(self.space.key(self.space.baseline))
+        if objective == "time":
+            return base.values[0] if base else 0.0
         name = "peak_mb" if objective == "memory" else "compile_s"
         value = base.user_attrs.get(name) if base else None
         return float(value) if window.finite(value) else 0.0
