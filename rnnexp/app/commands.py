@@ -4,9 +4,10 @@ boundary they all share.
 `rnnexp compare|report|matrix|sync|roofline|search ARGS` (or `python -m rnnexp COMMAND ARGS`)
 runs that tool; anything else is the Hydra app (`rnnexp model=jit backend=te`,
 `rnnexp -m ...`). A Hydra override always holds `=` or starts with `-`, `+` or `~`, so a
-bare command word is never one. The boundary: a problem the user can fix (RnnexpError) is one line and exit 2,
-Ctrl-C or SIGTERM exit 128 + the signal, any other failure one line naming it and exit 1
-(HYDRA_FULL_ERROR=1 shows the traceback), as rnnexp.results.exit_codes documents.
+bare command word is never one. The boundary: a problem the user can fix (RnnexpError) is one
+line and exit 2, Ctrl-C or SIGTERM exit 128 + the signal, any other failure one line naming
+it and exit 1 (HYDRA_FULL_ERROR=1 shows the traceback), as rnnexp.results.exit_codes
+documents.
 """
 
 from __future__ import annotations
