@@ -117,6 +117,7 @@ def test_bad_input_is_one_line_before_anything_runs(args, says, tmp_path):
 def test_refused_and_failed_cells_are_constraints_never_measured_again(grid, tmp_path):
     search, sim = searched(grid, tmp_path, budget=grid.size, sampler="tpe")
     assert search.tried == grid.size  # the whole grid, each cell once
+    assert search.measured == grid.size - 4  # the four te cells refused by their plan
     assert len(sim.measured) == len(set(sim.measured))  # never measured twice
     assert not [c for c in sim.measured if "backend=te" in c]  # refused before measuring
     trials = search.first_of()
@@ -128,6 +129,16 @@ def test_refused_and_failed_cells_are_constraints_never_measured_again(grid, tmp
     best = study.ranked(search.study)[0]
     assert best.user_attrs["cell"] == ("backend=jit backend.executor=simple dtype=float32 "
                                        "bench.num_threads=2")
+
+
+def test_a_refusal_s_advice_is_the_next_cell_proposed(grid, tmp_path):
+    search, _ = searched(grid, tmp_path, budget=1)  # the baseline alone
+    refused = {"backend": "backend=te", "model": "model=jit", "dtype": "dtype=bfloat16",
+               "bench.num_threads": 2}
+    advised = search.advised(refused, "backend=te cannot fuse on the CPU: no LLVM — use "
+                                      "backend=jit, backend=inductor or device=cuda")
+    assert advised == {**refused, "backend": "backend=jit backend.executor=profiling"}
+    assert search.advised(refused, "no advice here") is None
 
 
 def test_repeated_proposals_are_answered_from_the_first_measurement(grid, tmp_path):
@@ -142,10 +153,10 @@ def test_repeated_proposals_are_answered_from_the_first_measurement(grid, tmp_pa
 def test_a_stored_study_goes_on_where_it_stopped(grid, tmp_path):
     sim = replay.Replay(recording(grid), grid)
     first, _ = searched(grid, tmp_path, budget=5, sim=sim)
-    assert (tmp_path / study.DB).is_file() and first.tried == 5
+    assert (tmp_path / study.DB).is_file() and first.measured == 5
     before, asked = list(sim.measured), len(first.study.trials)
     again, _ = searched(grid, tmp_path, budget=9, sim=sim)
-    assert again.tried == 9
+    assert again.measured == 9
     assert len(sim.measured) == len(set(sim.measured))  # nothing of the first measured again
     assert sim.measured[:len(before)] == before
     assert len(again.study.trials) > asked  # the same study, with more trials
@@ -167,7 +178,7 @@ def test_an_unfinished_window_is_asked_again_on_resume(grid, tmp_path):
     assert running  # asked, never told
     again, _ = searched(grid, tmp_path, budget=4, sim=sim)
     assert not again.study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
-    assert again.tried == 4
+    assert again.measured == 4
 
 
 def test_a_study_of_another_space_is_not_continued(grid, tmp_path):

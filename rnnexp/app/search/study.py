@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -55,6 +56,12 @@ class Settings:
     sampler: str = "gp"
     seed: Optional[int] = None
     startup: int = 4  # cells drawn at random before the model guides (gp, tpe)
+    # A refusal names what would run instead ("— use backend=aten or its cell loop
+    # model=jit"): the first such cell of the space is proposed next.
+    follow_advice: bool = True
+    # The last window measures the best cell's untried neighbours (one key changed, keys
+    # with fewer values first): a model fitted to a dozen cells misses what one step finds.
+    refine: bool = True
 
 
 def constraints(trial: FrozenTrial) -> Sequence[float]:
@@ -212,7 +219,10 @@ class Search:
         if not self.study.trials:  # the baseline is the first cell: it is measured anyway
             self.study.enqueue_trial(self.space.baseline)
         while self.measured < self.settings.budget:
-            asked = self._ask_batch(self.settings.budget - self.measured)
+            room = self.settings.budget - self.measured
+            if self.settings.refine and room <= self.settings.batch:
+                self._enqueue_neighbours(room)
+            asked = self._ask_batch(room)
             if not asked:
                 self.say("every cell of the space has been tried")
                 return
@@ -276,9 +286,43 @@ class Search:
                      "measured": False})
         frozen = self._tell(trial, told)
         self.say(f"#{trial.number} {self.space.label(params)}: refused — {refused.reason}")
+        advised = self.advised(params, refused.reason) if self.settings.follow_advice else None
+        if advised is not None:
+            self.study.enqueue_trial(advised, user_attrs={"advised_by": trial.number})
         if self.on_told:
             m = window.Measured(self.space.overrides(params), refused.result, folder=folder)
             self.on_told(frozen, m if refused.result else None, refused)
+
+    def _enqueue_neighbours(self, room: int) -> None:
+        """Up to `room` untried cells one key away from the best so far, that their plan
+        does not refuse."""
+        best = ranked(self.study)
+        if not best:
+            return
+        known, found = self.first_of(), 0
+        for d in sorted(self.space.dimensions, key=lambda d: len(d.values())):
+            for v in d.values():
+                cell = {**best[0].params, d.name: v}
+                if found >= room or self.space.key(cell) in known:
+                    continue
+                if self.refusal(self.space.command_line(cell)) is None:
+                    self.study.enqueue_trial(cell, user_attrs={"neighbour_of": best[0].number})
+                    found += 1
+
+    def advised(self, params: Params, reason: str) -> Optional[Params]:
+        """The first cell a refusal's advice names (its `key=value`s after " — "), with the
+        rest of the refused cell kept, if the space has it and it was not tried."""
+        _, _, advice = reason.partition(" — ")
+        known = self.first_of()
+        for token in re.findall(r"[\w.]+=[\w.-]+", advice):
+            for d in self.space.dimensions:
+                options = [v for v in d.values() if token in d.overrides(v)]
+                if not options:
+                    continue
+                cell = {**params, d.name: options[0]}
+                if self.space.key(cell) not in known:
+                    return cell
+        return None
 
     def _level(self, objective: str) -> float:
         """The baseline's measured value of an objective (neutral for refused cells)."""
