@@ -149,7 +149,7 @@ REPLAY_BASELINE = ["model=jit", "backend=jit", "backend.executor=profiling"]
 OURS = ("gp", "tpe")  # rnnexp search's samplers; the others run as Optuna gives them
 
 
-def report(seeds: int = 20, path: Path = DATA, samplers=("gp", "default", "random"),
+def report(seeds: int = 20, path: Path = DATA, samplers=("gp", "tpe", "default", "random"),
            objectives=("time", "memory")) -> None:
     """The search replayed over the recording, `seeds` times per sampler."""
     import math
