@@ -257,3 +257,14 @@ def test_a_real_search_end_to_end(tmp_path):
     assert roles.count("trial") == 4 and "confirm winner" in roles
     refused = [r for r in children if "search.constraint" in r.data.tags]
     assert refused and "backend=te" in refused[0].data.tags["search.cell"]
+
+
+def test_compile_cost_is_a_third_objective_on_request(grid, tmp_path):
+    sim = replay.Replay(recording(grid), grid)
+    search = study.Search(grid, tmp_path, study.Settings(objectives=("time", "memory",
+                                                                     "compile"), budget=4),
+                          measure=sim.measure, refusal=sim.refusal)
+    search.run()
+    assert [d.name for d in search.study.directions] == ["MAXIMIZE", "MINIMIZE", "MINIMIZE"]
+    ok = study.feasible(search.study)
+    assert ok and all(len(t.values) == 3 and t.user_attrs["compile_s"] == 0.1 for t in ok)
