@@ -127,7 +127,7 @@ def one_search(rec, s, sampler: str, seed: int, budget: int, objectives,
     sim = replay.Replay(rec, s)
     # Optuna's samplers as they come; rnnexp search's own loop follows refusals' advice.
     settings = study.Settings(objectives=objectives, budget=budget, sampler=sampler, seed=seed,
-                              follow_advice=advice)
+                              follow_advice=advice, refine=advice)
     with tempfile.TemporaryDirectory(prefix="rnnexp-replay-") as tmp:
         search = study.Search(s, Path(tmp), settings, measure=sim.measure,
                               refusal=sim.refusal, storage=optuna.storages.InMemoryStorage())
@@ -183,7 +183,7 @@ def report(seeds: int = 20, path: Path = DATA, samplers=("gp", "tpe", "default",
         gaps = [r["gap"] for r in runs]
         table.add_row(
             ("rnnexp search, " if ours else "") + {
-                "gp": "GPSampler (noisy)", "default": "Optuna's default sampler",
+                "gp": "GPSampler (noisy)", "default": "Optuna's default sampler (TPE)",
                 "random": "random search", "tpe": "TPESampler"}.get(sampler, sampler),
             f"{sum(g <= 0.03 for g in gaps)}/{seeds}",
             f"{100 * statistics.median(gaps):.1f}%", f"{100 * max(gaps):.1f}%",

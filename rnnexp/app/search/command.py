@@ -49,8 +49,8 @@ def parse_args(argv: Optional[Sequence[str]]):
                         help="time (always), memory, compile (time to a first result); "
                              "default: time,memory")
     parser.add_argument("--sampler", default="gp", choices=study.SAMPLERS,
-                        help="Optuna's GPSampler with a noisy objective (default), TPE, or "
-                             "random")
+                        help="Optuna's GPSampler with a noisy objective (default), TPE, "
+                             "random, or Optuna's default (TPE)")
     parser.add_argument("--seed", type=int, default=None, help="the sampler's seed")
     parser.add_argument("--folder", type=Path, default=None,
                         help="the search's folder (default: outputs/searches/<date>/<time>); "

@@ -69,17 +69,14 @@ def constraints(trial: FrozenTrial) -> Sequence[float]:
     return list(trial.constraints.values()) or [FEASIBLE]
 
 
-def make_sampler(settings: Settings) -> Optional[optuna.samplers.BaseSampler]:
-    """None: the sampler Optuna picks for the study's objectives itself."""
-    if settings.sampler == "default":
-        return None
+def make_sampler(settings: Settings) -> optuna.samplers.BaseSampler:
+    if settings.sampler in ("default", "tpe"):  # what Optuna picks when given none: TPE
+        return optuna.samplers.TPESampler(seed=settings.seed)
     if settings.sampler == "gp":
         # The objective is a noisy measurement: the GP fits a noise term.
         return optuna.samplers.GPSampler(seed=settings.seed, n_startup_trials=settings.startup,
                                          deterministic_objective=False,
                                          warn_independent_sampling=False)
-    if settings.sampler == "tpe":  # Optuna's default sampler, as it comes
-        return optuna.samplers.TPESampler(seed=settings.seed)
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=settings.seed)
     raise RnnexpError(f"--sampler {settings.sampler}: choose one of {', '.join(SAMPLERS)}")
