@@ -191,7 +191,7 @@ def test_a_study_of_another_space_is_not_continued(grid, tmp_path):
 def test_the_winner_is_the_one_a_fresh_ab_confirms(grid, tmp_path):
     """The search ranks A over B; in the fresh window B is faster: B is announced, and the
     window held exactly the two and the baseline."""
-    search, sim = searched(grid, tmp_path, budget=grid.size)
+    search, sim = searched(grid, tmp_path, budget=grid.size, sampler="tpe")
     a, b = study.ranked(search.study)[:2]
     asked = []
 
