@@ -1,7 +1,8 @@
 """`make bench`: the harness's own speed and honesty, as ratios measured side by side in one
 run (absolute times on a shared machine are noise; the inputs are printed with each ratio).
 
-    python -m rnnexp.bench [overhead] [fastrnns] [fidelity] [aa] [compare] [report] [startup]
+    python benchmarks/harness.py [overhead] [fastrnns] [fidelity] [aa] [compare] [report]
+        [startup] [search]
     (default: all)
 
 - overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
@@ -39,6 +40,9 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   summary's, its size, and how fast it opens in headless Chromium (benchmarks/report_bench.py).
 - startup: the help page, a command line's error and `compare`'s argument error against the
   floor they all pay and torch's import, fresh processes in turn (benchmarks/startup_bench.py).
+- search: `rnnexp search` replayed over a recorded 120-cell grid (benchmarks/search_bench.py,
+  benchmarks/data/): over `--seeds` seeds, how often it lands within 3% of the grid's best
+  with 10% of the cells, beside Optuna's default sampler and random search.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ FASTRNNS_SET = [
 ]
 
 
-PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "report", "startup")
+PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "report", "startup", "search")
 
 
 def load() -> str:
@@ -430,6 +434,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="*", default=[],
                         help="any of: overhead fastrnns fidelity aa compare report startup "
+                             "search "
                              "(default: all)")
     parser.add_argument("--jobs", type=int, nargs=2, default=[2, 8], metavar=("N1", "N2"),
                         help="overhead: the two sweep sizes (default 2 8)")
@@ -442,6 +447,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="aa: first runs; compare: repetitions of each check")
     parser.add_argument("--reruns", type=int, default=5, help="aa: reruns per first run")
     parser.add_argument("--cells", type=int, default=1000, help="report: cells (default 1000)")
+    parser.add_argument("--seeds", type=int, default=20, help="search: replayed searches "
+                        "per sampler (default 20)")
     parser.add_argument("--loads", type=int, default=5,
                         help="report: times each report is opened in Chromium")
     args = parser.parse_args(argv)
@@ -472,6 +479,10 @@ def main(argv: list[str] | None = None) -> None:
         from startup_bench import startup
 
         startup()
+    if "search" in parts:
+        from search_bench import report as search_report
+
+        search_report(args.seeds)
 
 
 if __name__ == "__main__":
