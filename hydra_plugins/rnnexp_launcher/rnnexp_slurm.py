@@ -12,6 +12,7 @@ Hydra (rnnexp.app.slurm says what it does around them).
 # in sys.modules, and dataclasses then cannot resolve string annotations.
 import contextlib
 import io
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,15 +164,13 @@ class RnnexpSlurmLauncher(RnnexpLauncher):
             left = slurm.never_started(tasks)
             reason = (f"SLURM array {slurm.array_id(tasks)} cancelled: task(s) "
                       f"{', '.join(t.name for t in cancelled)}"
-                      + (f"; jobs {slurm.jobs_text(left)} never started" if left else "")
+                      + (f"; job(s) {slurm.jobs_text(left)} never started" if left else "")
                       + " — resume=true measures what is left")
             slurm.say(reason)
             ended = Result(choices={}, overrides=[], config={}, status=INTERRUPTED,
                            reason=reason)
             for sink in targets:
                 sink.on_abort(sweep, ended)
-            import signal
-
             err = Interrupted(signal.SIGTERM)
             err.recorded = True  # type: ignore[attr-defined]
             raise err

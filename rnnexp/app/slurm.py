@@ -26,7 +26,7 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -34,7 +34,7 @@ from rnnexp.machine import platform
 from rnnexp.measure import job
 from rnnexp.results import resume
 from rnnexp.results.report import err_console
-from rnnexp.results.result import CRASHED, INTERRUPTED, OK, RESULTS_FILE, Result
+from rnnexp.results.result import CRASHED, INTERRUPTED, RESULTS_FILE, Result
 from rnnexp.results.sinks import Sink, Sweep
 from rnnexp.results.sinks.mlflow import Mlflow, runs
 
@@ -113,6 +113,9 @@ class TaskState:
     node: str = ""
     restarts: int = 0
     reason: str = ""
+    # When its last attempt started and ended, as the controller says (ISO, "" unknown).
+    start: str = field(default="", compare=False)
+    end: str = field(default="", compare=False)
 
 
 def _indexes(text: str) -> list[int]:
@@ -127,6 +130,10 @@ def _indexes(text: str) -> list[int]:
     return out
 
 
+def _time(text: Optional[str]) -> str:
+    return text if text and text[:1].isdigit() else ""
+
+
 def parse_scontrol(text: str) -> dict[int, TaskState]:
     """`scontrol -o show job <array>`: task index → its state (index 0 for a lone job)."""
     found: dict[int, TaskState] = {}
@@ -138,7 +145,8 @@ def parse_scontrol(text: str) -> dict[int, TaskState]:
         seen = TaskState(state=fields["JobState"], node="" if node == "(null)" else node,
                          restarts=int(fields.get("Restarts") or 0),
                          reason="" if fields.get("Reason") == "None" else
-                         fields.get("Reason", ""))
+                         fields.get("Reason", ""), start=_time(fields.get("StartTime")),
+                         end=_time(fields.get("EndTime")))
         for index in _indexes(fields.get("ArrayTaskId", "0")):
             found[index] = seen
     return found
@@ -260,7 +268,8 @@ def say(line: str) -> None:
 
 
 def wait(tasks: Sequence[Task], poll: Callable[[str], Optional[dict[int, TaskState]]]
-         = controller_states, sleep: Callable[[float], None] = time.sleep) -> None:
+         = controller_states, sleep: Callable[[float], None] = time.sleep,
+         clock: Callable[[], float] = time.monotonic) -> None:
     """Until every task has ended, saying what happens to each. The controller is asked
     often while things happen — a task's result appearing is such a thing, seen on disk —
     and less and less often while nothing does."""
@@ -269,7 +278,7 @@ def wait(tasks: Sequence[Task], poll: Callable[[str], Optional[dict[int, TaskSta
     results = {t.index for t in tasks if t.result_pickle.exists()}  # a requeue's earlier
     while True:
         landed = {t.index for t in tasks if not t.final and t.result_pickle.exists()}
-        if time.monotonic() < due and not landed - results:
+        if clock() < due and not landed - results:
             sleep(WATCH_S)
             continue
         results |= landed
@@ -290,7 +299,7 @@ def wait(tasks: Sequence[Task], poll: Callable[[str], Optional[dict[int, TaskSta
         if all(t.final for t in tasks):
             return
         delay = POLL_MIN_S if changed else min(POLL_MAX_S, delay * 1.5)
-        due = time.monotonic() + delay
+        due = clock() + delay
 
 
 def cancel(tasks: Sequence[Task], why: str) -> None:
@@ -311,7 +320,8 @@ def write_tasks(sweep_dir: Path, tasks: Sequence[Task]) -> None:
     record = {"array_job_id": array_id(tasks), "tasks": [
         {"task": t.name, "jobs": t.jobs, "windows": t.blocks, "state": t.state.state,
          "node": t.nodes[-1] if t.nodes else "", "nodes": t.nodes,
-         "restarts": t.state.restarts, "log": str(t.log)} for t in tasks]}
+         "restarts": t.state.restarts, "start": t.state.start, "end": t.state.end,
+         "log": str(t.log)} for t in tasks]}
     path = Path(sweep_dir) / TASKS_FILE
     if path.exists():  # a resumed sweep keeps the record of its earlier launches
         try:
@@ -418,11 +428,3 @@ def never_started(tasks: Sequence[Task]) -> list[int]:
 def cut_short(tasks: Sequence[Task]) -> list[Task]:
     """Tasks cancelled (scancel): the sweep did not run as asked."""
     return [t for t in tasks if t.state.state == "CANCELLED"]
-
-
-def ok_jobs(jobs: Sequence[tuple[Path, Result]]) -> int:
-    return sum(r.status == OK for _, r in jobs)
-
-
-def tasks_summary(tasks: Sequence[Task]) -> dict:
-    return {t.name: asdict(t.state) for t in tasks}

@@ -113,6 +113,12 @@ class Cluster:
         return node_names()
 
     @property
+    def has_gpus(self) -> bool:
+        """Whether its nodes declare fake GPUs (not where device files cannot be made)."""
+        gres = self.home / "gres.conf"
+        return gres.exists() and bool(gres.read_text().strip())
+
+    @property
     def env(self) -> dict[str, str]:
         """The environment of a command that talks to this cluster."""
         return {**os.environ, "SLURM_CONF": str(self.conf)}
