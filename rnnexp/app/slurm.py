@@ -206,14 +206,15 @@ class Task:
 
     @property
     def started(self) -> bool:
-        return bool(self.nodes)
+        return bool(self.nodes) or self.result_pickle.exists()
 
     def update(self, seen: TaskState) -> Optional[str]:
         """Take the controller's view; a line for the console when something happened."""
         before, self.state = self.state, seen
         what = f"task {self.name} (jobs {jobs_text(self.jobs)})"
-        if seen.node and (not self.nodes or self.nodes[-1] != seen.node) and \
-                seen.state == "RUNNING":
+        # A node is known once it ran there — seen running, or only in its end (a task that
+        # started and ended between two looks).
+        if seen.node and (not self.nodes or self.nodes[-1] != seen.node):
             self.nodes.append(seen.node)
         if seen.restarts > before.restarts:
             return f"{what} requeued (restart {seen.restarts}): what it measured is kept"

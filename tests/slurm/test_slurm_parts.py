@@ -239,3 +239,16 @@ def test_a_launcher_count_below_one_is_refused_before_anything_runs(field, value
     assert cfg.hydra.launcher._target_.endswith("RnnexpSlurmLauncher")
     with pytest.raises(ConfigError, match=f"hydra.launcher.{field}: must be ≥ 1"):
         config_check.check_run(cfg, multirun=True)
+
+
+def test_a_task_that_ran_between_two_looks_is_known_to_have_started(tmp_path):
+    jobs = [Submitted(f"17_{i}", Paths(tmp_path / f"{i}.pkl", tmp_path / f"{i}.err"))
+            for i in range(2)]
+    tasks = slurm.tasks_of(jobs, [[[0]], [[1]]])
+    answers = iter([{0: slurm.TaskState("PENDING"), 1: slurm.TaskState("PENDING")},
+                    {0: slurm.TaskState("CANCELLED", "node1"), 1: slurm.TaskState("CANCELLED")}])
+    now = [0.0]
+    slurm.wait(tasks, poll=lambda array: next(answers), sleep=lambda s: now.append(now.pop() + s),
+               clock=lambda: now[0])
+    assert [t.started for t in tasks] == [True, False]
+    assert slurm.never_started(tasks) == [1]

@@ -158,10 +158,9 @@ def test_scancel_of_the_array_ends_the_sweep_killed_and_resume_measures_the_rest
     """Three tasks of one job, one at a time; while task 1 measures, the whole array is
     cancelled: task 2 never starts."""
     store = f"sqlite:///{tmp_path}/mlflow.db"
-    s = sweep("seed=0,1,2", "bench.window=1", "hydra.launcher.array_parallelism=1",
-              f"sinks.mlflow.uri={store}")
+    s = sweep("seed=0,1,2", "bench.window=1", f"sinks.mlflow.uri={store}")
     s.close_gate(1)
-    s.start()
+    s.start("hydra.launcher.array_parallelism=1")
     s.waiting(1)
     array = cluster.jobs()[0].split("_")[0]
     cluster.run("scancel", array)
@@ -176,7 +175,9 @@ def test_scancel_of_the_array_ends_the_sweep_killed_and_resume_measures_the_rest
     assert by_seed(children) == {"0": ["FINISHED"], "1": ["KILLED"]}
 
     s.open_gate(1)
-    assert s.start("resume=true").finish() == 0, s.err
+    # The same command, resumed; two tasks at once now (how the array runs is not part of
+    # what a job measures).
+    assert s.start("resume=true", "hydra.launcher.array_parallelism=2").finish() == 0, s.err
     assert "resume: 1 of 3 jobs already measured" in " ".join(s.err.split())
     assert (s.folder / "0" / "results.json").read_bytes() == before  # not measured again
     assert [s.result(j)["status"] for j in range(3)] == ["ok"] * 3
