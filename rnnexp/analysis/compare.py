@@ -50,6 +50,7 @@ from rnnexp.results.report import console, print_error, print_warning
 # What reads and judges results (torch, SciPy and MLflow come with them) is imported by the
 # functions that use it: an argument error and --help answer without them.
 if TYPE_CHECKING:
+    from rnnexp.analysis import nodes
     from rnnexp.analysis.report.model import Report
     from rnnexp.analysis.significance import Difference
     from rnnexp.analysis.sweeps import Run, Sweep
@@ -282,16 +283,20 @@ def differs(runs: Sequence[Run], base: Sequence[Run]) -> list[str]:
 Cells = dict[tuple[int, str], "Difference"]  # (run index, phase) → difference
 
 
-def difference(base: Run, run: Run, phase: str) -> Optional[Difference]:
+def difference(base: Run, run: Run, phase: str,
+               between_nodes: Optional[nodes.Spread] = None) -> Optional[Difference]:
     """Paired by round when both were measured in the same interleaved window, else run
-    against run; None when a side has no timing for the phase."""
-    from rnnexp.analysis import significance
+    against run — with the node as a random effect (`between_nodes`: its spread) when the two
+    were measured on different cluster nodes; None when a side has no timing for the phase."""
+    from rnnexp.analysis import nodes, significance
 
     b, c = base.stats(phase), run.stats(phase)
     if not (b.timed and c.timed):
         return None
     if base.window is not None and base.window == run.window and b.rounds_ms and c.rounds_ms:
         return significance.paired(b.rounds_ms, c.rounds_ms)
+    if nodes.crossed(base, run):
+        return nodes.across(base, run, phase, between_nodes)
     base_level, run_level = base.level(phase), run.level(phase)
     assert base_level is not None and run_level is not None
     return significance.between_runs(base_level, run_level)
@@ -300,21 +305,29 @@ def difference(base: Run, run: Run, phase: str) -> Optional[Difference]:
 def judge(runs: list[Run], bases: list[Optional[Run]], min_effect: float,
           equivalence: Optional[float] = None) -> Cells:
     """Every timed run against its baseline, per phase, Holm-corrected across all cells."""
-    from rnnexp.analysis import significance
+    from rnnexp.analysis import nodes, significance
     from rnnexp.analysis.sweeps import PHASES
     from rnnexp.results.result import OK
 
     where, diffs = [], []
+    between = {p: nodes.spread(sweeps_of(runs, bases), p) for p, _ in PHASES}
     for i, (run, base) in enumerate(zip(runs, bases, strict=True)):
         if base is None or base is run or run.row.status != OK or base.row.status != OK:
             continue
         for p, _ in PHASES:
-            d = difference(base, run, p)
+            d = difference(base, run, p, between[p])
             if d is not None:
                 where.append((i, p))
                 diffs.append(d)
     significance.decide(diffs, min_effect=min_effect, equivalence=equivalence)
     return dict(zip(where, diffs, strict=True))
+
+
+def sweeps_of(runs: list[Run], bases: Sequence[Optional[Run]]) -> list[list[Run]]:
+    """The runs compared, by sweep: the baselines are a sweep of their own with --against."""
+    mine = {id(r) for r in runs}
+    others = list({id(b): b for b in bases if b is not None and id(b) not in mine}.values())
+    return [runs, others] if others else [runs]
 
 
 ORDER = ("model", "backend", "shape", "deepbench", "device", "bench", "sinks")
@@ -340,7 +353,8 @@ def caption(compared: bool) -> str:
     if compared:
         text += ("; speedup = baseline ÷ candidate (>1: faster) with its 95% interval, "
                  "paired by round for jobs measured interleaved, run against run (between-"
-                 "process spread + drift between runs) otherwise; Holm-corrected; ~ = the "
+                 "process spread + drift between runs) otherwise, + the spread between nodes "
+                 "for runs of different cluster nodes; Holm-corrected; ~ = the "
                  "interval lies within ±min-effect; cannot tell ±X% = the interval is that "
                  "wide here; ! = a run of this cell was flagged (busy, oversubscribed, high "
                  "spread)")
@@ -496,8 +510,10 @@ def verdict(c: Comparison, fail_on_regression: Optional[float]) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from rnnexp.analysis import compare_costs, sweeps
+    from rnnexp.analysis import compare_costs, nodes, sweeps
     from rnnexp.analysis.report import publish
+    from rnnexp.analysis.sweeps import PHASES
+    from rnnexp.results.result import label
     from rnnexp.results.sinks.mlflow import store
 
     with store.http_limits():
@@ -510,6 +526,11 @@ def compare(args: argparse.Namespace) -> int:
         console.print(table(c.runs, c.bases, c.cells, c.title, keys))
         if c.cells:
             console.print(how_judged(c.cells), highlight=False, markup=False)
+            crossed = nodes.crossings_line(
+                c.runs, c.bases or [], lambda r: label(r.config, keys),
+                {p: nodes.spread(sweeps_of(c.runs, c.bases or []), p) for p, _ in PHASES})
+            if crossed:
+                console.print(crossed, highlight=False, markup=False, soft_wrap=True)
         if compare_costs.recorded(c.runs):
             console.print(compare_costs.table(c.runs, c.bases, keys, c.title))
         png = args.output or Path("outputs/compare") / chart_name(c.sweep, args)

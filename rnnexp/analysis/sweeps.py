@@ -63,8 +63,10 @@ class Run:
 
     @property
     def window(self) -> Optional[str]:
-        """The interleaved window it was measured in (None: not interleaved)."""
-        return self.result.interleaving.window if self.result.interleaving else None
+        """The interleaved window it was measured in (None: not interleaved): its name, seed
+        and jobs — the tasks of a SLURM sweep each number their windows from 0."""
+        i = self.result.interleaving
+        return f"{i.window}|{i.seed}|{','.join(map(str, i.jobs))}" if i else None
 
     def stats(self, phase: str) -> PhaseStats:
         return self.result.phase(dict(PHASES)[phase])

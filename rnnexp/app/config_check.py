@@ -315,8 +315,10 @@ def one_line_errors() -> Iterator[None]:
         raise RnnexpError(one_line(err)) from None
 
 
-# Launcher fields that are durations in minutes (submitit's): at least one.
+# Launcher fields that are durations in minutes (submitit's), or counts (rnnexp_slurm's
+# windows a task, tasks at once): at least one.
 LAUNCHER_MINUTES = ("timeout_min",)
+LAUNCHER_COUNTS = ("windows_per_task", "array_parallelism")
 
 
 def check_run(cfg: DictConfig, multirun: bool) -> None:
@@ -335,11 +337,12 @@ def check_run(cfg: DictConfig, multirun: bool) -> None:
             raise ConfigError("hydra.sweep.subdir", f"'{raw}' leaves the sweep's folder",
                               "use a relative name inside it, e.g. ${hydra.job.num}")
     launcher = OmegaConf.select(cfg, "hydra.launcher") or {}
-    for name in LAUNCHER_MINUTES:
+    for name in (*LAUNCHER_MINUTES, *LAUNCHER_COUNTS):
         value = launcher.get(name) if multirun else None
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < 1):
-            raise ConfigError(f"hydra.launcher.{name}", f"must be ≥ 1 minute, got {value}")
+            unit = " minute" if name in LAUNCHER_MINUTES else ""
+            raise ConfigError(f"hydra.launcher.{name}", f"must be ≥ 1{unit}, got {value}")
 
 
 def _uses_hydra_resolver(node: Any) -> bool:

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from rnnexp.machine import scheduler
 from rnnexp.results import summary
 from rnnexp.results.identity import WORK_BENCH
 from rnnexp.results.report import job_name
@@ -135,7 +136,8 @@ def tags_of(result: Result) -> dict[str, str]:
 
 def environment_tags(result: Result) -> dict[str, str]:
     """Whether the machine was fit to time on: flags (busy, oversubscribed, high_spread,
-    drifting, gpu_throttled; "none"), why, the busiest other processes, GPU clocks."""
+    drifting, gpu_throttled; "none"), why, the busiest other processes, GPU clocks; and the
+    cluster node and task it ran in."""
     env = result.environment
     if env is None:
         return {}
@@ -146,6 +148,9 @@ def environment_tags(result: Result) -> dict[str, str]:
             tags[f"env.busy_{when}"] = seen.summary(env.cores)
     if env.gpu:
         tags["env.gpu"] = json.dumps(env.gpu, default=str)
+    if env.scheduler:  # the cluster node and task it ran in: runs filter and group by them
+        tags["node"] = env.scheduler.get("node", "")
+        tags["slurm_job"] = scheduler.task_name(env.scheduler)
     return tags
 
 
@@ -335,6 +340,8 @@ def reopen_parent(client, run_id: str) -> bool:
     except MlflowException:
         return False
     client.update_run(run_id, status="RUNNING")
+    if "reason" in client.get_run(run_id).data.tags:  # why it ended before: no longer so
+        client.delete_tag(run_id, "reason")
     return True
 
 
