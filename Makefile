@@ -9,7 +9,8 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install browser test test-gpu gpu-check gpu-wheels bench run sweep ui server lint docs clean clean-outputs
+.PHONY: help install browser test test-gpu gpu-check gpu-wheels bench run sweep ui server \
+	slurm-up slurm-down lint docs clean clean-outputs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -77,6 +78,18 @@ SERVER_ARTIFACTS ?= $(CURDIR)/mlartifacts
 server:  ## MLflow tracking server (SERVER_HOST:SERVER_PORT) for sweeps on several machines
 	$(BIN)/mlflow server --backend-store-uri $(SERVER_STORE) \
 		--artifacts-destination $(SERVER_ARTIFACTS) --host $(SERVER_HOST) --port $(SERVER_PORT)
+
+# A SLURM cluster on this machine for trying hydra/launcher=rnnexp_slurm (and what the SLURM
+# tests start for themselves): munge, slurmctld and two slurmd nodes on 127.0.0.1, everything
+# in SLURM_HOME; Debian's packages are installed with apt-get if missing (needs root). Point
+# SLURM's commands and the sweep at it with the `export SLURM_CONF=...` line it prints.
+SLURM_HOME ?= /tmp/rnnexp-slurm
+
+slurm-up:  ## start a two-node SLURM cluster on 127.0.0.1 (installs slurm-wlm and munge as root)
+	$(BIN)/python -m tests.slurm.cluster up $(SLURM_HOME)
+
+slurm-down:  ## stop the cluster slurm-up started (its jobs are cancelled)
+	$(BIN)/python -m tests.slurm.cluster down $(SLURM_HOME)
 
 lint:  ## ruff
 	$(BIN)/ruff check rnnexp hydra_plugins tests benchmarks examples

@@ -2,7 +2,8 @@
 run (absolute times on a shared machine are noise; the inputs are printed with each ratio).
 
     python benchmarks/harness.py [overhead] [fastrnns] [fidelity] [aa] [compare] [spread]
-                                 [report] (default: all)
+        [report] [startup] [search]
+    (default: all)
 
 - overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
   jobs' own work (timed samples, warm-up, verification), per job, from two sweeps of N1 and
@@ -45,6 +46,11 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   interleaved over `--rounds` rounds.
 - report: the HTML report of `--cells` cells — its cost at a sweep's end beside the
   summary's, its size, and how fast it opens in headless Chromium (benchmarks/report_bench.py).
+- startup: the help page, a command line's error and `compare`'s argument error against the
+  floor they all pay and torch's import, fresh processes in turn (benchmarks/startup_bench.py).
+- search: `rnnexp search` replayed over a recorded 120-cell grid (benchmarks/search_bench.py,
+  benchmarks/data/): over `--seeds` seeds, how often it lands within 3% of the grid's best
+  with 10% of the cells, beside Optuna's default sampler and random search.
 """
 
 from __future__ import annotations
@@ -86,7 +92,8 @@ UPSTREAM_ARGS = ["--device", "cpu", "--group", "rnns", "--seqLength", "20", "--i
                  "--hiddenSize", "128", "--miniBatch", "16", "--nloops", "100", "--warmup", "10"]
 
 
-PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "spread", "report")
+PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "spread", "report", "startup",
+         "search")
 
 
 def load() -> str:
@@ -553,6 +560,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--processes", type=int, default=None,
                         help="compare: bench.processes (default: the configuration's)")
     parser.add_argument("--cells", type=int, default=1000, help="report: cells (default 1000)")
+    parser.add_argument("--seeds", type=int, default=20, help="search: replayed searches "
+                        "per sampler (default 20)")
     parser.add_argument("--loads", type=int, default=5,
                         help="report: times each report is opened in Chromium")
     args = parser.parse_args(argv)
@@ -584,6 +593,14 @@ def main(argv: list[str] | None = None) -> None:
         from report_bench import report
 
         report(args.cells, args.loads)
+    if "startup" in parts:
+        from startup_bench import startup
+
+        startup()
+    if "search" in parts:
+        from search_bench import report as search_report
+
+        search_report(args.seeds)
 
 
 if __name__ == "__main__":

@@ -56,23 +56,13 @@ class RnnexpLauncher(Launcher):
         launcher types them)."""
         # The app's own code, imported when a sweep runs (not when Hydra scans plugins).
         from rnnexp.app import launch
-        from rnnexp.config import compositions, schema
         from rnnexp.errors import Interrupted
 
         assert self.config is not None and self.hydra_context is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        configs, self.typed = {}, {}
-        for i, overrides in enumerate(job_overrides):
-            num = initial_job_idx + i
-            cfg = compositions.load_sweep_config(self.hydra_context.config_loader, self.config,
-                                                 overrides)
-            with open_dict(cfg):
-                cfg.hydra.job.id = num
-                cfg.hydra.job.num = num
-            configs[num] = cfg
-            self.typed[num] = checked[i] if checked is not None else schema.validate(cfg)
+        configs, self.typed = self.compose(job_overrides, initial_job_idx, checked)
         returns = {}
         if not self.interleave:
             return [self._run(cfg) for cfg in configs.values()]
@@ -109,6 +99,25 @@ class RnnexpLauncher(Launcher):
                     launch.keep_measured([outcomes.get(rest.num) for rest in members[i:]])
                     raise
         return [returns[num] for num in sorted(returns)]
+
+    def compose(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+                checked: Optional[Sequence[Any]]) -> tuple[dict, dict]:
+        """Each job's config, composed as Hydra's basic launcher composes it, and its typed
+        config (the sweeper's, or typed here), by job number."""
+        from rnnexp.config import compositions, schema
+
+        assert self.config is not None and self.hydra_context is not None
+        configs, typed = {}, {}
+        for i, overrides in enumerate(job_overrides):
+            num = initial_job_idx + i
+            cfg = compositions.load_sweep_config(self.hydra_context.config_loader, self.config,
+                                                 overrides)
+            with open_dict(cfg):
+                cfg.hydra.job.id = num
+                cfg.hydra.job.num = num
+            configs[num] = cfg
+            typed[num] = checked[i] if checked is not None else schema.validate(cfg)
+        return configs, typed
 
     def _run(self, cfg: DictConfig, outcome: object = None) -> JobReturn:
         """The job's folder, callbacks and task function, by Hydra's own run_job."""

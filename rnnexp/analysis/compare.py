@@ -40,28 +40,30 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from mlflow.exceptions import MlflowException
 from rich.markup import escape
 from rich.table import Table
 
-from rnnexp.analysis import compare_chart, compare_costs, roofline_chart, significance, sweeps
-from rnnexp.analysis.report import build, publish
-from rnnexp.analysis.report.model import Report
-from rnnexp.analysis.significance import Difference
-from rnnexp.analysis.sweeps import PHASES, Run, Sweep
 from rnnexp.config.credentials import redact
 from rnnexp.config.schema import default_store_uri
 from rnnexp.errors import OneLineParser, RnnexpError
-from rnnexp.machine.environment import BUSY
-from rnnexp.results import exit_codes, summary
+from rnnexp.results import exit_codes
 from rnnexp.results.report import console, print_error, print_warning
-from rnnexp.results.result import OK, label
-from rnnexp.results.sinks.mlflow import store
+
+# What reads and judges results (torch, SciPy and MLflow come with them) is imported by the
+# functions that use it: an argument error and --help answer without them.
+if TYPE_CHECKING:
+    from rnnexp.analysis import nodes
+    from rnnexp.analysis.report.model import Report
+    from rnnexp.analysis.significance import Difference
+    from rnnexp.analysis.sweeps import Run, Sweep
 
 EXIT_USER_ERROR = exit_codes.USER_ERROR
 EXIT_REGRESSION = exit_codes.REGRESSION
+# rnnexp.analysis.significance.MIN_EFFECT in %, repeated here so that parsing the arguments
+# needs no SciPy (tests/analysis/test_compare.py holds the two equal).
+MIN_EFFECT_PCT = 3.0
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -77,9 +79,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--against", default=None, metavar="SWEEP",
                         help="a second sweep (folder, parent run id or name) as the baseline: "
                              "A/B by matching configurations")
-    parser.add_argument("--min-effect", type=float, default=100 * significance.MIN_EFFECT,
+    parser.add_argument("--min-effect", type=float, default=MIN_EFFECT_PCT,
                         metavar="PCT", help="smallest difference shown, in %% (default: "
-                                            f"{100 * significance.MIN_EFFECT:g})")
+                                            f"{MIN_EFFECT_PCT:g})")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
                         help=f"exit {EXIT_REGRESSION} if a cell is significantly slower than "
                              "its baseline by PCT%% or more")
@@ -155,6 +157,9 @@ class Stores:
     def load(self, name: Optional[str]) -> Sweep:
         """Results on disk when `name` is a path that exists or is plainly meant as one, else
         the sweep recorded in MLflow under that run id or name (None: the latest)."""
+        from rnnexp.analysis import sweeps
+        from rnnexp.results.sinks.mlflow import store
+
         if name is not None and (Path(name).expanduser().exists() or
                                  sweeps.looks_like_a_path(name)):
             return sweeps.from_folder(Path(name))
@@ -241,6 +246,8 @@ def baselines_across(runs: list[Run], base: list[Run]) -> list[Optional[Run]]:
     def key(r: Run):
         return tuple(r.identity.get(k) for k in keys)
 
+    from rnnexp.results.result import OK
+
     found: dict[tuple, Run] = {}
     for b in base:
         if b.row.status != OK:
@@ -273,18 +280,25 @@ def differs(runs: Sequence[Run], base: Sequence[Run]) -> list[str]:
     return [f"{k}: {b[k]} → {a[k]}" for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
 
 
-Cells = dict[tuple[int, str], Difference]  # (run index, phase) → difference
+Cells = dict[tuple[int, str], "Difference"]  # (run index, phase) → difference
 
 
-def difference(base: Run, run: Run, phase: str) -> Optional[Difference]:
+def difference(base: Run, run: Run, phase: str,
+               between_nodes: Optional[nodes.Spread] = None) -> Optional[Difference]:
     """Paired by round when both were measured in the same interleaved window, else run
-    against run; None when a side has no timing for the phase. A side timed on a busy
-    machine says nothing of the difference."""
+    against run — with the node as a random effect (`between_nodes`: its spread) when the two
+    were measured on different cluster nodes; None when a side has no timing for the phase.
+    A side timed on a busy machine says nothing of the difference."""
+    from rnnexp.analysis import nodes, significance
+    from rnnexp.machine.environment import BUSY
+
     b, c = base.stats(phase), run.stats(phase)
     if not (b.timed and c.timed):
         return None
     if base.window is not None and base.window == run.window and b.rounds_ms and c.rounds_ms:
         d = significance.paired(base.side(phase), run.side(phase))
+    elif nodes.crossed(base, run):
+        d = nodes.across(base, run, phase, between_nodes)
     else:
         base_level, run_level = base.level(phase), run.level(phase)
         assert base_level is not None and run_level is not None
@@ -298,17 +312,29 @@ def difference(base: Run, run: Run, phase: str) -> Optional[Difference]:
 def judge(runs: list[Run], bases: list[Optional[Run]], min_effect: float,
           equivalence: Optional[float] = None) -> Cells:
     """Every timed run against its baseline, per phase, Holm-corrected across all cells."""
+    from rnnexp.analysis import nodes, significance
+    from rnnexp.analysis.sweeps import PHASES
+    from rnnexp.results.result import OK
+
     where, diffs = [], []
+    between = {p: nodes.spread(sweeps_of(runs, bases), p) for p, _ in PHASES}
     for i, (run, base) in enumerate(zip(runs, bases, strict=True)):
         if base is None or base is run or run.row.status != OK or base.row.status != OK:
             continue
         for p, _ in PHASES:
-            d = difference(base, run, p)
+            d = difference(base, run, p, between[p])
             if d is not None:
                 where.append((i, p))
                 diffs.append(d)
     significance.decide(diffs, min_effect=min_effect, equivalence=equivalence)
     return dict(zip(where, diffs, strict=True))
+
+
+def sweeps_of(runs: list[Run], bases: Sequence[Optional[Run]]) -> list[list[Run]]:
+    """The runs compared, by sweep: the baselines are a sweep of their own with --against."""
+    mine = {id(r) for r in runs}
+    others = list({id(b): b for b in bases if b is not None and id(b) not in mine}.values())
+    return [runs, others] if others else [runs]
 
 
 ORDER = ("model", "backend", "shape", "deepbench", "device", "bench", "sinks")
@@ -320,7 +346,9 @@ def varying(runs: list[Run]) -> list[str]:
     """The config fields that tell the runs apart (groups first), at least one. When and
     from which commit each was measured are not among them (sweeps.told_apart adds them
     where nothing else does)."""
-    keys = sorted({k for r in runs for k in r.config} - {sweeps.WHEN, sweeps.COMMIT},
+    from rnnexp.analysis.sweeps import COMMIT, WHEN
+
+    keys = sorted({k for r in runs for k in r.config} - {WHEN, COMMIT},
                   key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))
     vary = [k for k in keys if len({r.config.get(k) for r in runs}) > 1]
     # A group's own sub-fields vary with it: the group names the row already.
@@ -340,7 +368,8 @@ def caption(compared: bool) -> str:
             "medians otherwise — and median ± IQR/2 of the samples where nothing is "
             "compared; speedup = baseline ÷ candidate of those levels (>1: faster) with its "
             "95% interval over the processes (t; and the drift between runs for runs "
-            "measured apart); Holm-corrected; ~ = the interval lies within ±min-effect; "
+            "measured apart, + the spread between nodes for runs of different cluster "
+            "nodes); Holm-corrected; ~ = the interval lies within ±min-effect; "
             "cannot tell ±X% = the interval is that wide here; cannot tell = nothing can be "
             "said (a busy machine, one process a side: see the line below); processes: the "
             "baseline's/the candidate's, shared = the same worker processes, paired by "
@@ -349,12 +378,16 @@ def caption(compared: bool) -> str:
 
 
 def processes_cell(cells: Cells, i: int) -> str:
+    from rnnexp.analysis.sweeps import PHASES
+
     d = next((cells[(i, p)] for p, _ in PHASES if (i, p) in cells), None)
     return "—" if d is None else d.processes_text
 
 
 def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, title: str,
           keys: Sequence[str]) -> Table:
+    from rnnexp.analysis.sweeps import PHASES
+
     t = Table(title=title, caption=caption(bases is not None))
     for k in keys:
         t.add_column(k)
@@ -386,6 +419,8 @@ def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, t
 
 
 def status_cell(r: Run) -> str:
+    from rnnexp.results.result import OK
+
     if r.row.status != OK:
         return f"[yellow]{escape(r.row.status)}[/]: {escape(r.row.reason)}"
     return "[green]ok[/]" + (f" [yellow]({escape(', '.join(r.flags))})[/]" if r.flags else "")
@@ -416,6 +451,8 @@ def regressions(runs: list[Run], cells: Cells, pct: float) -> list[str]:
 
 def how_judged(cells: Cells) -> str:
     """One line: how many cells were judged which way, and why some could not be."""
+    from rnnexp.analysis import significance
+
     methods = Counter(d.method for d in cells.values())
     parts = [f"{n} {m}" for m, n in sorted(methods.items())]
     reasons = Counter(d.why_not for d in cells.values() if d.why_not)
@@ -463,6 +500,10 @@ def paired(args: argparse.Namespace, stores: Stores) -> Comparison:
 def draw_chart(c: Comparison, keys: list[str], png: Path, client) -> None:
     """Both sides of every cell and the speedup, or the medians alone without a baseline;
     logged to the sweep's parent run when it is in MLflow."""
+    from rnnexp.analysis import compare_chart
+    from rnnexp.results import summary
+    from rnnexp.results.result import OK, label
+
     ok = [r for r in c.runs if r.row.status == OK]
     if not ok:
         return
@@ -495,6 +536,12 @@ def verdict(c: Comparison, fail_on_regression: Optional[float]) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
+    from rnnexp.analysis import compare_costs, nodes, sweeps
+    from rnnexp.analysis.report import publish
+    from rnnexp.analysis.sweeps import PHASES
+    from rnnexp.results.result import label
+    from rnnexp.results.sinks.mlflow import store
+
     with store.http_limits():
         stores = Stores(args.tracking_uri, args.experiment)
         c = paired(args, stores)
@@ -505,6 +552,11 @@ def compare(args: argparse.Namespace) -> int:
         console.print(table(c.runs, c.bases, c.cells, c.title, keys))
         if c.cells:
             console.print(how_judged(c.cells), highlight=False, markup=False)
+            crossed = nodes.crossings_line(
+                c.runs, c.bases or [], lambda r: label(r.config, keys),
+                {p: nodes.spread(sweeps_of(c.runs, c.bases or []), p) for p, _ in PHASES})
+            if crossed:
+                console.print(crossed, highlight=False, markup=False, soft_wrap=True)
         if compare_costs.recorded(c.runs):
             console.print(compare_costs.table(c.runs, c.bases, keys, c.title))
         png = args.output or Path("outputs/compare") / chart_name(c.sweep, args)
@@ -525,6 +577,8 @@ def compare(args: argparse.Namespace) -> int:
 def report_of(c: Comparison, keys: list[str], args: argparse.Namespace,
               sources: Sequence[str] = ()) -> Report:
     """The comparison as an HTML report's data (rnnexp.analysis.report), judged as above."""
+    from rnnexp.analysis.report import build
+
     gate = None if args.fail_on_regression is None else args.fail_on_regression / 100
     return build.report(
         c.title, sources or [c.sweep.name], c.runs, c.bases, c.cells, keys,
@@ -537,23 +591,25 @@ def report_of(c: Comparison, keys: list[str], args: argparse.Namespace,
 
 
 def chart_name(sweep: Sweep, args: argparse.Namespace) -> str:
-    """What the chart shows, in its file name."""
-    name = Path(sweep.name.split("  ")[0]).name or "sweep"
-    if args.against:
-        name += f"-vs-{Path(str(args.against)).name}"
-    elif args.baseline:
-        name += f"-baseline-{args.baseline}"
-    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name) + ".png"
+    """What the chart shows, in a short file name (rnnexp.analysis.compare_chart)."""
+    from rnnexp.analysis import compare_chart
+
+    return compare_chart.file_name(sweep.name, args.baseline, args.against)
 
 
 def roofline_path(sweep: Sweep, chart: Path) -> Path:
     """In the sweep's folder when it is on this machine, else beside the fwd/bwd chart."""
+    from rnnexp.analysis import roofline_chart
+    from rnnexp.results import summary
+
     if sweep.folder is not None and sweep.folder.is_dir():
         return sweep.folder / summary.SUMMARY_DIR / roofline_chart.CHART
     return chart.with_name(f"{chart.stem}-{roofline_chart.CHART}")
 
 
 def draw_roofline(sweep: Sweep, runs: list[Run], keys: list[str], chart: Path, client) -> None:
+    from rnnexp.analysis import roofline_chart
+
     pts, missing = roofline_chart.points(runs, keys)
     roof = roofline_chart.draw(pts, roofline_path(sweep, chart), f"{sweep.name}: roofline")
     logged = ""
@@ -573,12 +629,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as err:
         if not from_the_store(err) or isinstance(err, RnnexpError):
             raise
+        from rnnexp.results.sinks.mlflow import store
+
         raise RnnexpError(f"MLflow store {redact(str(args.tracking_uri))}: "
                           f"{redact(store.short_reason(err))}") from None
 
 
 def from_the_store(err: BaseException) -> bool:
     """An error of the MLflow store or the way to it (its client, HTTP, the database)."""
+    from mlflow.exceptions import MlflowException
+
     return isinstance(err, MlflowException) or type(err).__module__.split(".")[0] in (
         "mlflow", "requests", "urllib3", "sqlalchemy", "sqlite3")
 

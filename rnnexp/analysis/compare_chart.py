@@ -1,36 +1,57 @@
-"""The chart of a comparison: for every compared row and phase, the baseline's and the
-candidate's medians side by side, each with its interval, and the speedup cell above them.
+"""The chart of a comparison: what the table's speedup column says, drawn — every compared
+cell's speedup (baseline ÷ candidate) as a point with its 95% interval, one panel per phase.
 
-Whiskers are asymmetric and say what they are: the between-process 95% interval where the
-run measured one (3+ processes), else the median's 95% confidence interval from its samples.
-A log scale is used when the values span more than a decade.
+It is read at a glance: a linear axis with the line of no difference at 1× and the
+±min-effect band around it, each row named by what varies, the cell's verdict written beside
+it exactly as the table writes it ("1.31× (1.22–1.40)", "~", "cannot tell ±18%"), a title that
+says what is asked (no run ids), and what the marks mean under the plot rather than a legend
+over the data. A cell with no interval ("cannot tell") is a hollow point.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import textwrap
 from pathlib import Path
 from typing import Optional, Sequence
 
 from rnnexp.analysis.significance import Difference
 from rnnexp.analysis.sweeps import PHASES, Run
-from rnnexp.results.result import PhaseStats, label
+from rnnexp.results.result import label
+from rnnexp.results.summary import finish, panel, plain_title, save
 
-DECADE = 10.0
-
-
-def interval(s: PhaseStats) -> tuple[float, float]:
-    """(low, high) whisker ends of a phase: between processes, else the median's CI."""
-    for low, high in ((s.between_low_ms, s.between_high_ms),
-                      (s.median_ci_low_ms, s.median_ci_high_ms)):
-        if low is not None and high is not None:
-            return low, high
-    return s.median_ms, s.median_ms
+COLORS = {"faster": "#1a7f37", "slower": "#cf222e", "~": "#6e7781", "?": "#bf8700"}
+MEANING = ("dot: speedup = baseline ÷ candidate (>1: faster) · line: its 95% interval · "
+           "hollow: no interval · grey band, where drawn: ±min-effect")
 
 
-def draw(runs: Sequence[Run], bases: Sequence[Optional[Run]],
-         cells: dict[tuple[int, str], Difference], keys: Sequence[str], path: Path,
-         title: str) -> Path:
+def file_name(sweep_name: str, baseline: Optional[str] = None,
+              against: Optional[str] = None) -> str:
+    """A short file name that says what the chart compares: the sweep's date and time
+    (or its folder's name), then `-vs-<baseline value>` or `-vs-<baseline sweep>`."""
+    def token(text: str) -> str:
+        when = re.search(r"(\d{4})-(\d{2})-(\d{2})[ /_T]+(\d{2})[-:](\d{2})[-:](\d{2})", text)
+        if when:
+            return "{}{}{}-{}{}{}".format(*when.groups())
+        found = re.search(r"\b[0-9a-f]{32}\b", text)
+        if found:
+            return found.group(0)[:8]
+        return Path(plain_title(text).split("  ")[0]).name or "sweep"
+
+    name = token(sweep_name)
+    if against:
+        name += f"-vs-{token(str(against))}"
+    elif baseline:
+        name += f"-vs-{baseline.partition('=')[2] or baseline}"
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80] + ".png"
+
+
+def figure(runs: Sequence[Run], bases: Sequence[Optional[Run]],
+           cells: dict[tuple[int, str], Difference], keys: Sequence[str], title: str,
+           min_effect: Optional[float] = None):
+    """The matplotlib figure: one panel per phase compared, one row per compared run;
+    `min_effect` (a fraction, as the cells were judged with) draws its band."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -40,48 +61,43 @@ def draw(runs: Sequence[Run], bases: Sequence[Optional[Run]],
     compared = [i for i, (r, b) in enumerate(zip(runs, bases, strict=True))
                 if b is not None and b is not r and any((i, p) in cells for p, _ in PHASES)]
     phases = [(p, name) for p, name in PHASES if any((i, p) in cells for i in compared)]
-    fig, axes = plt.subplots(1, max(1, len(phases)), squeeze=False,
-                             figsize=(max(6.0, 1.1 * len(compared) + 2) * max(1, len(phases)),
-                                      4.8))
-    for ax, (p, _) in zip(axes[0], phases, strict=False):
-        # A row compared in one phase only (a forward-only model) has no bar in the other.
-        rows = [i for i in compared if (i, p) in cells]
-        x = np.arange(len(rows))
-        values = []
-        for offset, side, color, name in ((-0.2, "base", "#8c8c8c", "baseline"),
-                                          (0.2, "cand", "#1f77b4", "candidate")):
-            meds, lows, highs = [], [], []
-            for i in rows:
-                run = bases[i] if side == "base" else runs[i]
-                s = run.stats(p)
-                lo, hi = interval(s)
-                meds.append(s.median_ms)
-                lows.append(s.median_ms - lo)
-                highs.append(hi - s.median_ms)
-            values += meds + [m + h for m, h in zip(meds, highs, strict=True)]
-            ax.bar(x + offset, meds, width=0.4, color=color, label=name,
-                   yerr=[lows, highs], capsize=3)
-        top = max(v for v in values if v is not None)
-        low = min(v for v in values if v)
-        if top / low > DECADE:
-            ax.set_yscale("log")
-        for xi, i in zip(x, rows, strict=True):
+    names = [label(runs[i].config, keys) for i in compared]
+    y = np.arange(len(compared))
+    fig, axes = plt.subplots(1, max(1, len(phases)), sharey=True, squeeze=False,
+                             figsize=(3.4 + 4.2 * max(1, len(phases)),
+                                      max(2.6, 0.34 * len(compared) + 2.0)))
+    for ax, (p, name) in zip(axes[0], phases, strict=False):
+        if min_effect is not None:
+            ax.axvspan(1 - min_effect, 1 + min_effect, color="#d0d7de", alpha=0.5, lw=0)
+        ax.axvline(1.0, color="#57606a", lw=1)
+        ends = [1.0] + ([1 + min_effect, 1 - min_effect] if min_effect is not None else [])
+        for yi, i in zip(y, compared, strict=True):
             d = cells.get((i, p))
-            if d is not None:
-                ax.annotate(d.cell(), (xi, top), ha="center", va="bottom", fontsize=7,
-                            xytext=(0, 2), textcoords="offset points")
-        ax.set_xticks(x, [label(runs[i].config, keys) for i in rows], rotation=30,
-                      ha="right", fontsize=8)
-        ax.set_ylabel(f"{p} median per iteration (ms)")
-        ax.margins(y=0.15)
-    handles, names = axes[0][0].get_legend_handles_labels()
-    # Below the plots: a legend inside would cover the speedups written above the bars.
-    fig.legend(handles, names, loc="lower center", ncol=2, fontsize=8,
-               title="bars: median · whiskers: 95% interval", title_fontsize=7)
-    fig.suptitle(textwrap.fill(title, 110), fontsize=9)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+            if d is None:
+                continue
+            color = COLORS.get(d.verdict, COLORS["?"])
+            interval = math.isfinite(d.low) and math.isfinite(d.high)
+            if interval:
+                ax.hlines(yi, d.low, d.high, color=color, lw=2)
+                ends += [d.low, d.high]
+            ax.plot([d.speedup], [yi], "o", color=color, markersize=6,
+                    markerfacecolor=color if interval else "white")
+            ends.append(d.speedup)
+        low, high = min(ends), max(ends)
+        pad = 0.1 * (high - low)
+        ax.set_xlim(max(0.0, low - pad), high + pad)
+        for yi, i in zip(y, compared, strict=True):
+            d = cells.get((i, p))
+            if d is not None:  # beside the panel, never over a point
+                ax.annotate(d.cell(), (1, yi), xycoords=("axes fraction", "data"),
+                            xytext=(4, 0), textcoords="offset points", ha="left",
+                            va="center", fontsize=7, color=COLORS.get(d.verdict, "#333"))
+        panel(ax, name, "speedup over the baseline (×)")
+    return finish(fig, names, "How much faster than the baseline is each run?\n"
+                  + textwrap.fill(plain_title(title), 110), MEANING)
 
+
+def draw(runs: Sequence[Run], bases: Sequence[Optional[Run]],
+         cells: dict[tuple[int, str], Difference], keys: Sequence[str], path: Path,
+         title: str, min_effect: Optional[float] = None) -> Path:
+    return save(figure(runs, bases, cells, keys, title, min_effect), path)

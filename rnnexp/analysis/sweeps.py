@@ -23,6 +23,7 @@ from rnnexp.results.result import (
     Roofline,
     Row,
     format_ms,
+    format_quartiles,
 )
 from rnnexp.results.sinks.mlflow import runs
 
@@ -71,8 +72,10 @@ class Run:
 
     @property
     def window(self) -> Optional[str]:
-        """The interleaved window it was measured in (None: not interleaved)."""
-        return self.result.interleaving.window if self.result.interleaving else None
+        """The interleaved window it was measured in (None: not interleaved): its name, seed
+        and jobs — the tasks of a SLURM sweep each number their windows from 0."""
+        i = self.result.interleaving
+        return f"{i.window}|{i.seed}|{','.join(map(str, i.jobs))}" if i else None
 
     def stats(self, phase: str) -> PhaseStats:
         return self.result.phase(dict(PHASES)[phase])
@@ -81,7 +84,7 @@ class Run:
         """Its figure beside a comparison: the `level` the comparison's speedup is a ratio
         of (significance.Difference.baseline_ms / candidate_ms), else median ± IQR/2."""
         if level is not None and level == level:  # not NaN
-            return f"{level:.3f}"
+            return format_quartiles(level, None, None)
         return format_ms(getattr(self.row, f"{phase}_median_ms"),
                          getattr(self.row, f"{phase}_iqr_ms"))
 

@@ -170,13 +170,14 @@ class SweepRecord:
         if sweep.skip_jobs:
             err_console.print(f"resume: {len(sweep.skip_jobs)} job(s) skipped, measured "
                               "earlier in this folder", highlight=False, markup=False)
-        for sink in self.targets:
-            try:  # one sink's unwritable output does not keep the others from the end
-                sink.on_sweep_end(sweep, jobs)
-            except OSError as err:
-                exit_codes.note_unwritten()
-                print_error(f"{sink.name}: cannot write {err.filename or folder} "
-                            f"({err.strerror or err}) — the jobs' results are recorded")
+        for end in ("on_sweep_end", "on_sweep_closed"):  # closed: after every sink's end
+            for sink in self.targets:
+                try:  # one sink's unwritable output does not keep the others from the end
+                    getattr(sink, end)(sweep, jobs)
+                except OSError as err:
+                    exit_codes.note_unwritten()
+                    print_error(f"{sink.name}: cannot write {err.filename or folder} "
+                                f"({err.strerror or err}) — the jobs' results are recorded")
         # The sweep's exit status, from every job's saved result (jobs may have run in
         # other processes); rnnexp.app.cli.main exits with it once Hydra returns. A job whose
         # folder holds no result had it kept elsewhere (rnnexp.app.recording).

@@ -13,7 +13,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -21,12 +21,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
+# Only what `--help` and an argument error need is imported here: torch, MLflow and SciPy come
+# with the modules a run uses, imported by the functions that run it (a one-line error or the
+# help page answers in well under a second).
 from rnnexp.app import (  # cli_help: the resolver `rnnexp --help` lists the groups with
     cli_help,  # noqa: F401
     config_check,
-    launch,
-    recording,
-    stopping,
 )
 from rnnexp.config import credentials, hydra_private, kernel_plugins, schema
 from rnnexp.errors import (
@@ -38,12 +38,15 @@ from rnnexp.errors import (
     full_error,
     signal_name,
 )
-from rnnexp.machine import placement
-from rnnexp.measure import job, timing
-from rnnexp.results import exit_codes, sinks
-from rnnexp.results.report import RichProgress, err_console, print_error
-from rnnexp.results.result import RESULTS_FILE, Result, label
-from rnnexp.run import estimate, execution, signals
+from rnnexp.results import exit_codes
+from rnnexp.results.report import err_console, print_error
+from rnnexp.run import signals
+
+if TYPE_CHECKING:
+    from rnnexp.app import launch
+    from rnnexp.measure import job
+    from rnnexp.results import sinks
+    from rnnexp.results.result import Result
 
 EXIT_USER_ERROR = exit_codes.USER_ERROR
 
@@ -57,6 +60,8 @@ def fail(message: str) -> None:
 
 def discard(output_dir: Path) -> None:
     """A run refused before it recorded anything leaves no folder behind."""
+    from rnnexp.results.result import RESULTS_FILE
+
     if output_dir.is_dir() and not (output_dir / RESULTS_FILE).exists():
         shutil.rmtree(output_dir, ignore_errors=True)
 
@@ -85,6 +90,9 @@ class Task:
 
     @classmethod
     def of(cls, cfg: DictConfig, checked: Optional[schema.Config]) -> Task:
+        from rnnexp.results import sinks
+        from rnnexp.results.result import label
+
         hc = HydraConfig.get()
         choices = config_check.app_choices(hc.runtime.choices)
         overrides = list(hc.overrides.task)
@@ -103,6 +111,8 @@ class Task:
 
     def skipped(self) -> bool:
         """A job a resumed sweep measured earlier says so and runs nothing."""
+        from rnnexp.results.result import label
+
         if self.sweep is None or self.num not in self.sweep.skip_jobs:
             return False
         err_console.print(f"skipped: {label(self.choices, overrides=self.overrides)} was "
@@ -111,6 +121,8 @@ class Task:
         return True
 
     def not_run(self, err: BaseException) -> Result:
+        from rnnexp.run import execution
+
         return execution.not_run(self.config, self.choices, self.overrides, err)
 
 
@@ -127,6 +139,10 @@ class Prepared:
 def prepare(task: Task) -> Prepared:
     """A refusal here (no such device, a sink that cannot open its store) ends a single run
     in one line, exit 2, leaving no folder; the sweep's launcher declined its jobs earlier."""
+    from rnnexp.machine import placement
+    from rnnexp.measure import job
+    from rnnexp.results import sinks
+
     try:
         planned = None
         if not task.multirun:  # refused before any sink opens its store
@@ -149,6 +165,10 @@ def prepare(task: Task) -> Prepared:
 def measure(task: Task, prepared: Prepared, outcome: Optional[launch.Outcome]) -> Result:
     """The job's Result: measured here, or as rnnexp's launcher measured it with the
     sweep's other jobs (`outcome`)."""
+    from rnnexp.app import launch
+    from rnnexp.results.report import RichProgress
+    from rnnexp.run import execution
+
     try:
         if outcome is not None:
             return launch.outcome_of(outcome)  # type: ignore[return-value]
@@ -189,6 +209,8 @@ def record_interrupted(task: Task, prepared: Prepared, err: BaseException,
     """Recorded KILLED (the sweep's parent too); the console shows the one line of main. A
     result measured before the signal is recorded as it is, never as killed, and one already
     recorded is left as it is (rnnexp.app.recording)."""
+    from rnnexp.app import recording
+
     killed = task.not_run(err)
     if not recorded:
         recording.publish(prepared.targets, measured or killed, task.output_dir, task.sweep)
@@ -205,6 +227,9 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None,
     `checked`: its typed config, as the run's check made it (rnnexp's launcher hands it
     over); `outcome`: the job's Result (or the error that stopped it) when rnnexp's launcher
     measured it already, with the sweep's other jobs (rnnexp.app.launch)."""
+    from rnnexp.app import launch, recording, stopping
+    from rnnexp.measure import timing
+
     # What the sweep set up lives as long as it: the automatic full collections between jobs
     # skip it (one cost 0.3 s in a 16-job sweep).
     timing.freeze_once()
@@ -259,6 +284,8 @@ def hydra_raising() -> Iterator[None]:
 
 def say_how_long(planned: job.Plan) -> None:
     """A run of more than a few seconds says so before it starts (rnnexp.run.estimate)."""
+    from rnnexp.run import estimate
+
     try:
         found = estimate.of_plan(planned)
     except Exception:  # no peaks to estimate with (a GPU without room): say nothing

@@ -1,8 +1,8 @@
 """`rnnexp [COMMAND] ARGS`: the Hydra app, or one of the tools beside it — and the one error
 boundary they all share.
 
-`rnnexp compare|report|matrix|sync|roofline|history|bisect ARGS` (or `python -m rnnexp
-COMMAND ARGS`) runs that tool; anything else is the Hydra app (`rnnexp model=jit
+`rnnexp compare|report|matrix|sync|roofline|history|bisect|search ARGS` (or `python -m
+rnnexp COMMAND ARGS`) runs that tool; anything else is the Hydra app (`rnnexp model=jit
 backend=te`, `rnnexp -m ...`). A Hydra override always holds `=` or starts with `-`, `+` or
 `~`, so a bare command word is never one. The boundary: a problem the user can fix
 (RnnexpError) is one line and exit 2, Ctrl-C or SIGTERM exit 128 + the signal, any other
@@ -25,6 +25,7 @@ COMMANDS = {
     "roofline": "rnnexp.run.roofline",
     "history": "rnnexp.app.history",
     "bisect": "rnnexp.app.bisect",
+    "search": "rnnexp.app.search.command",
 }
 
 

@@ -39,7 +39,6 @@ from omegaconf.errors import OmegaConfBaseException
 from rnnexp.config import compositions, credentials, hydra_private, kernel_plugins, targets
 from rnnexp.config.schema import CONF_DIR, Config, closest, validate
 from rnnexp.errors import ConfigError, RnnexpError, full_error
-from rnnexp.results import sinks
 from rnnexp.results.identity import MeasurementKey, duplicates
 from rnnexp.results.report import print_warning
 
@@ -152,13 +151,24 @@ def sweep_params(cfg) -> list[str]:
     return [f"{k}={v}" for k, v in params.items()]
 
 
+# What people call an option by another name: difflib would take `gpu` for `cpu`.
+ALIASES = {
+    "device": {"gpu": "cuda", "nvidia": "cuda", "rocm": "cuda", "hip": "cuda", "amd": "cuda"},
+    "backend": {"eager": "aten", "native": "aten", "torchscript": "jit", "script": "jit",
+                "nnc": "te", "tensorexpr": "te", "compile": "inductor",
+                "torch.compile": "inductor", "rocm": "miopen", "cuda": "cudnn"},
+}
+
+
 def one_line(err: BaseException) -> str:
     """A Hydra/OmegaConf composition error reduced to its field and what would work."""
     if isinstance(err, MissingConfigException) and err.missing_cfg_file:
         group, _, name = err.missing_cfg_file.rpartition("/")
         options = group_options(group)
         if group and options:
-            close = difflib.get_close_matches(name, options, n=1)
+            alias = ALIASES.get(group, {}).get(name.lower())
+            close = [alias] if alias in options else \
+                difflib.get_close_matches(name, options, n=1)
             if close:  # the likely typo first; the whole list is one `--help` away
                 return (f"{group}={name}: no such option — did you mean {close[0]}? "
                         f"(all {len(options)}: rnnexp --help)")
@@ -173,8 +183,53 @@ def one_line(err: BaseException) -> str:
                                                                      r"reference_type)[:=]", ln))
         if "not in" in msg and key:
             return f"{key}: no such field — {_suggest(key, getattr(cause, 'object_type', None))}"
+        plain = _plain_value_error(key, msg, getattr(cause, "object_type", None))
+        if plain:
+            return plain
         return f"{key}: {msg}" if key else msg
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+# OmegaConf's words for a value of the wrong type, and what a person reads instead.
+_KINDS = {"Integer": "a whole number", "Float": "a number"}
+
+
+def _plain_value_error(key: str, msg: str, schema: Any) -> str:
+    """OmegaConf's conversion errors (`Value 'ten' of type 'str' could not be converted to
+    Integer`) as what the field takes, with the schema's default as the example; '' for
+    any other message."""
+    if not key:
+        return ""
+    example = _example(key, schema)
+    eg = f" — e.g. {key}={example}" if example is not None else ""
+    found = re.match(r"Value '(.*)' of type '\w+' could not be converted to (\w+)", msg)
+    if found and found.group(2) in _KINDS:
+        return f"{key}: '{found.group(1)}' is not {_KINDS[found.group(2)]}{eg}"
+    found = re.match(r"Value '(.*)' is not a valid bool", msg)
+    if found:
+        return f"{key}: '{found.group(1)}' is not true or false{eg}"
+    found = re.match(r"Invalid value '(.*)', expected one of \[(.*)\]", msg)
+    if found:
+        options = [o.strip() for o in found.group(2).split(",")]
+        close = difflib.get_close_matches(found.group(1), options, n=1)
+        return (f"{key}: '{found.group(1)}' is not one of {', '.join(options)}"
+                + (f" — did you mean {close[0]}?" if close else ""))
+    if re.match(r"field '.*' is not Optional", msg):
+        return f"{key}: cannot be null{eg or ' — give it a value'}"
+    return ""
+
+
+def _example(key: str, schema: Any) -> Any:
+    """The schema's default for `key` (a field of the dataclass `schema`), as typed."""
+    if not dataclasses.is_dataclass(schema):
+        return None
+    name = key.rsplit(".", 1)[-1]
+    for f in dataclasses.fields(schema):
+        if f.name == name and f.default is not dataclasses.MISSING and f.default is not None:
+            value = f.default
+            return str(value).lower() if isinstance(value, bool) else \
+                getattr(value, "value", value)
+    return None
 
 
 def _suggest(key: str, schema: Any) -> str:
@@ -260,8 +315,10 @@ def one_line_errors() -> Iterator[None]:
         raise RnnexpError(one_line(err)) from None
 
 
-# Launcher fields that are durations in minutes (submitit's): at least one.
+# Launcher fields that are durations in minutes (submitit's), or counts (rnnexp_slurm's
+# windows a task, tasks at once): at least one.
 LAUNCHER_MINUTES = ("timeout_min",)
+LAUNCHER_COUNTS = ("windows_per_task", "array_parallelism")
 
 
 def check_run(cfg: DictConfig, multirun: bool) -> None:
@@ -280,11 +337,12 @@ def check_run(cfg: DictConfig, multirun: bool) -> None:
             raise ConfigError("hydra.sweep.subdir", f"'{raw}' leaves the sweep's folder",
                               "use a relative name inside it, e.g. ${hydra.job.num}")
     launcher = OmegaConf.select(cfg, "hydra.launcher") or {}
-    for name in LAUNCHER_MINUTES:
+    for name in (*LAUNCHER_MINUTES, *LAUNCHER_COUNTS):
         value = launcher.get(name) if multirun else None
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < 1):
-            raise ConfigError(f"hydra.launcher.{name}", f"must be ≥ 1 minute, got {value}")
+            unit = " minute" if name in LAUNCHER_MINUTES else ""
+            raise ConfigError(f"hydra.launcher.{name}", f"must be ≥ 1{unit}, got {value}")
 
 
 def _uses_hydra_resolver(node: Any) -> bool:
@@ -305,6 +363,8 @@ JOB_TIME = ("job.num", "job.id", "runtime.output_dir")
 def check_job(cfg: DictConfig, num: Optional[int] = None) -> Config:
     """One composed job: every `_target_` against the allowlist (Hydra's node included), the
     schema, the sinks' and the model factory's options. Nothing is instantiated."""
+    from rnnexp.results import sinks  # with the Result it imports torch: not for the gate
+
     app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
     targets.check_tree("", app)
     targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))

@@ -11,18 +11,26 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hydra import compose, initialize_config_dir
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from rnnexp.app.config_check import CONF_DIR, CONFIG_NAME, group_options
 from rnnexp.config import kernel_plugins, schema
 from rnnexp.errors import OneLineParser, RnnexpError
-from rnnexp.machine.platform import Platform
-from rnnexp.machine.platform import current as current_platform
-from rnnexp.measure import job
 from rnnexp.results.report import console, err_console
+
+if TYPE_CHECKING:  # with torch: imported once the arguments are read, under the progress bar
+    from rnnexp.machine.platform import Platform
 
 OK = "✓"
 
@@ -32,6 +40,8 @@ def support(models: Sequence[str], backends: Sequence[str], device: str = "auto"
             progress: Progress | None = None) -> dict[tuple[str, str], str]:
     """{(model, backend): "" if it runs here, else the one-line reason}; `extra` overrides
     (e.g. dtype=bfloat16) apply to every cell. `progress` advances once a cell."""
+    from rnnexp.measure import job
+
     schema.register()
     kernel_plugins.register()
     cells = {}
@@ -127,10 +137,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--backends", help="comma-separated backend options (default: all)")
     args = parser.parse_args(argv)
     models, backends = _names(args.models, "model"), _names(args.backends, "backend")
-    plat = current_platform()
-    # Each cell plans a job (~0.5 s): say how far it is rather than stay silent a minute.
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+    # Each cell plans a job (~0.3 s), after torch's import and the platform's probe: say how
+    # far it is from the first second rather than stay silent a minute.
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
+                  transient=True) as progress:
+        starting = progress.add_task("reading this machine's PyTorch build and devices",
+                                     total=None)
+        from rnnexp.machine.platform import current as current_platform
+
+        plat = current_platform()
+        progress.remove_task(starting)
         cells = support(models, backends, args.device, plat, progress=progress)
     render(models, backends, cells,
            f"device={args.device} · torch {plat.torch_version} · {plat.build} · "

@@ -19,6 +19,7 @@ import psutil
 import torch
 
 from rnnexp.errors import UnsupportedError
+from rnnexp.machine import scheduler
 
 # Other processes using this many cores on average (over a short look) make the machine busy;
 # on a large machine a tenth of its cores, whichever is more.
@@ -103,6 +104,8 @@ class Environment:
     drift_from: str = ""
     flags: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # why each flag was raised
+    # The cluster job it ran in (rnnexp.machine.scheduler): node, job and array ids, restarts.
+    scheduler: dict[str, str] = field(default_factory=dict)
 
     def flag(self, name: str, why: str) -> None:
         if name not in self.flags:
@@ -541,7 +544,7 @@ def machine(cpu_model: str = "") -> Environment:
         thread_env={k: os.environ[k] for k in THREAD_VARS if k in os.environ},
         cpu_model=cpu_model, cpu_mhz=round(freq.current, 1) if freq and freq.current else None,
         cpu_max_mhz=round(freq.max, 1) if freq and freq.max else None,
-        governor=_read(GOVERNOR))
+        governor=_read(GOVERNOR), scheduler=scheduler.slurm_job())
 
 
 def settle(mode: str, timeout_s: float, progress=None,

@@ -52,7 +52,7 @@ def launch_of(launcher: Mapping[str, Any], jobs: int, cores: int) -> Launch:
     if target.endswith("submitit_launcher.LocalLauncher"):
         # submitit's local executor starts every job of the sweep at once.
         return Launch("submitit_local", max(1, jobs), launcher.get("cpus_per_task"))
-    if target.endswith("submitit_launcher.SlurmLauncher"):
+    if target.endswith(("submitit_launcher.SlurmLauncher", "RnnexpSlurmLauncher")):
         # Each job its own allocation: nothing shared but the node's other tenants.
         return Launch("submitit_slurm", 1, launcher.get("cpus_per_task"))
     if target.endswith(("BasicLauncher", "RnnexpLauncher")) or not target:

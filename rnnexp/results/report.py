@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,7 +18,9 @@ from rich.progress import (
 from rich.table import Table
 
 from rnnexp.config.credentials import redact
-from rnnexp.results.result import OK, PhaseStats, Result, format_ms
+
+if TYPE_CHECKING:  # the Result imports torch; print_error and print_warning must not
+    from rnnexp.results.result import PhaseStats, Result
 
 # Logs and CI are not terminals; give tables room there instead of rich's 80 columns.
 console = Console(width=None if Console().is_terminal else 160)
@@ -130,11 +132,14 @@ def _start_up(result: Result) -> str:
 
 
 def _ms(phase: PhaseStats) -> str:
-    return format_ms(phase.median_ms, phase.iqr_ms) if phase.timed else "n/a"
+    from rnnexp.results.result import format_quartiles, quartiles
+
+    return format_quartiles(phase.median_ms, *quartiles(phase)) if phase.timed else "n/a"
 
 
-CAPTION = ("ms: median ± IQR/2 · rates at the median of forward+backward (forward alone if no "
-           "backward) · % peak: GFLOP/s · GB/s as % of the device's measured GEMM · copy peaks")
+CAPTION = ("ms: median [25th, 75th percentile] of the timed iterations · rates at the median of "
+           "forward+backward (forward alone if no backward) · % peak: GFLOP/s · GB/s as % of the "
+           "device's measured GEMM · copy peaks")
 WIDE_CAPTION = ("peak MiB: above each phase's start, forward · backward (cuda_peak_mb: CUDA "
                 "allocator; rss_hwm_mb: process resident-set high-water mark) · first s: from the "
                 "build to the first result (compiling, as its compiler reports it)")
@@ -166,6 +171,8 @@ class Footnotes:
 
 def status_cell(r: Result, notes: Footnotes) -> str:
     """The status, with the machine's flags or a footnote saying why it is not ok."""
+    from rnnexp.results.result import OK
+
     if r.status == OK:
         flags = f" [yellow]({escape(', '.join(r.flags))})[/]" if r.flags else ""
         unverified = r.verification is not None and r.verification.status != "passed"
@@ -182,6 +189,7 @@ def results_table(results: Iterable[Result], title: str = "rnnexp", wide: bool =
     `wide` adds dtype, GFLOP/s, GB/s and the verification error (all of it is in
     results.json). Reasons are numbered footnotes in the caption. `shorten` (a sweep's
     table): the parts of the name every row shares move to the title."""
+    from rnnexp.results.result import OK
     from rnnexp.results.summary import split_common
 
     results = list(results)

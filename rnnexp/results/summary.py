@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import textwrap
 from pathlib import Path
 from typing import Optional, Sequence
 
 from rnnexp.results import files
-from rnnexp.results.result import OK, Result, Row, status_text
+from rnnexp.results.result import (
+    LABEL_KEYS,
+    OK,
+    QUARTILES_NOTE,
+    Result,
+    Row,
+    format_quartiles,
+    status_text,
+)
 
 SUMMARY_DIR = "summary"
 CHART = "fwd_bwd.png"
 # The sweep's HTML report, written there by the report sink (rnnexp.analysis.report.sink).
 REPORT = "report.html"
-MARKDOWN_HIDDEN = ("flags", "fwd_q1_ms", "fwd_q3_ms", "bwd_q1_ms", "bwd_q3_ms")
+# The markdown table is for people: each time as the console shows it, the status with its
+# flags; every figure on its own is in the JSON and CSV.
+MARKDOWN = ("job", "label", "status", "fwd ms", "bwd ms", "tokens_per_s", "reason")
 
 
 def rows_of(jobs: Sequence[tuple[Path, Result]], sweep_dir: Path) -> list[Row]:
@@ -40,15 +51,22 @@ def write_files(rows: Sequence[Row], folder: Path) -> list[Path]:
         writer = csv.DictWriter(f, fieldnames=Row.COLUMNS)
         writer.writeheader()
         writer.writerows(table)
-    # The markdown table is for people: the status carries its flags, quartiles stay in the
-    # JSON and CSV.
-    shown = [c for c in Row.COLUMNS if c not in MARKDOWN_HIDDEN]
-    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(_cell(status_text(row.status, row.flags) if c == "status"
-                                      else r[c]) for c in shown) + " |"
+    lines = ["| " + " | ".join(MARKDOWN) + " |", "|" + "---|" * len(MARKDOWN)]
+    lines += ["| " + " | ".join(_markdown_cell(row, r, c) for c in MARKDOWN) + " |"
               for row, r in zip(rows, table, strict=True)]
-    files.write_text(paths[2], "\n".join(lines) + "\n")
+    files.write_text(paths[2], "\n".join([*lines, "", f"ms: {QUARTILES_NOTE}"]) + "\n")
     return paths
+
+
+def _markdown_cell(row: Row, columns: dict, name: str) -> str:
+    if name == "status":
+        return status_text(row.status, row.flags)
+    if name in ("fwd ms", "bwd ms"):
+        p = name[:3]
+        return format_quartiles(*(getattr(row, f"{p}_{s}_ms") for s in ("median", "q1", "q3")))
+    if name == "tokens_per_s" and columns[name] is not None:
+        return f"{columns[name]:,.0f}"
+    return _cell(columns[name]).replace("|", "\\|")
 
 
 def _json(table: list[dict]) -> str:
@@ -69,7 +87,7 @@ def write(sweep_dir: Path, jobs: Sequence[tuple[Path, Result]],
     if not written(folder, paths, rows):
         write_files(rows, folder)
         if len(paths) > len(SUMMARY_FILES):
-            chart(rows, folder / CHART, f"sweep {Path(sweep_dir).name}: median ms")
+            chart(rows, folder / CHART, f"sweep {'/'.join(Path(sweep_dir).parts[-2:])}")
     return paths
 
 
@@ -82,8 +100,27 @@ def written(folder: Path, paths: Sequence[Path], rows: Sequence[Row]) -> bool:
     return same and all(p.exists() for p in paths)
 
 
-DECADE = 10.0  # values spanning more than this ratio get a log axis
-WHISKERS = "whiskers: 25th–75th percentile of iterations"
+# Charts are read at a glance: points on a linear axis that starts at zero, the spread the
+# table shows (the quartiles of the timed iterations), titles that say what is asked and no
+# legend over the data (what the marks mean is written under the plot).
+SPREAD = "dot: median · bar: 25th–75th percentile of the timed iterations"
+FORWARD, BACKWARD = "#1f77b4", "#ff7f0e"
+# A run id in a title (an MLflow sweep is named "<name>  (<run id>)") says nothing to a reader.
+_RUN_ID = re.compile(r"\s*\(?\b[0-9a-f]{32}\b\)?")
+
+
+def plain_title(title: str) -> str:
+    """`title` without run ids, its spaces single."""
+    return " ".join(_RUN_ID.sub("", title).split())
+
+
+def by_what(choices: Sequence[dict]) -> str:
+    """What varies among the rows' config groups, in words: `by model and backend`."""
+    varying = [k for k in LABEL_KEYS if len({str(c.get(k)) for c in choices}) > 1]
+    if not varying:
+        return "per job"
+    return "by " + (" and ".join(varying) if len(varying) < 3 else
+                    ", ".join(varying[:-1]) + " and " + varying[-1])
 
 
 def split_common(labels: Sequence[str], sep: str = "·") -> tuple[list[str], str]:
@@ -99,55 +136,71 @@ def split_common(labels: Sequence[str], sep: str = "·") -> tuple[list[str], str
     return short, sep.join(x for x, s in zip(parts[0], same, strict=True) if s)
 
 
-def bar_chart(labels: Sequence[str], fwd: Sequence[Optional[float]],
-              bwd: Sequence[Optional[float]], path: Path, title: str,
-              fwd_range: Sequence[tuple] = (), bwd_range: Sequence[tuple] = ()) -> Path:
-    """Horizontal bars of fwd/bwd medians (ms), one pair per row — any number of rows stays
-    readable, labels never overlap — with asymmetric whiskers from each (low, high) range;
-    missing values are gaps; a log axis when the values span more than a decade."""
+def figure(labels: Sequence[str], phases: Sequence[tuple[str, Sequence[Optional[float]],
+                                                         Sequence[tuple]]],
+           question: str, context: str = ""):
+    """One panel per phase (name, medians, (q1, q3) ranges), the rows told apart by what
+    varies in their labels: each row's median as a dot on its quartile range, on a linear
+    axis from zero, its value written beside it. Missing values are gaps. Returns the
+    matplotlib figure."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
     import numpy as np
 
-    def arr(values):
-        return np.array([np.nan if v is None else v for v in values], dtype=float)
-
-    def whiskers(medians, ranges):
-        if not len(ranges):
-            return None
-        low = arr([r[0] for r in ranges])
-        high = arr([r[1] for r in ranges])
-        return np.nan_to_num(np.vstack([medians - low, high - medians]).clip(min=0))
-
     names, common = split_common(labels)
+    shown = [(name, meds, ranges) for name, meds, ranges in phases
+             if any(v is not None for v in meds)]
     y = np.arange(len(names))
-    fig, ax = plt.subplots(figsize=(9.0, max(3.0, 0.32 * len(names) + 1.6)))
-    values = []
-    for offset, series, ranges, name in ((-0.2, fwd, fwd_range, "forward"),
-                                         (0.2, bwd, bwd_range, "backward")):
-        med = arr(series)
-        err = whiskers(med, ranges)
-        ax.barh(y + offset, med, height=0.4, label=name, xerr=err, capsize=2)
-        values += [v for v in med if v > 0]
-        ends = med + (err[1] if err is not None else 0)  # past the whisker, not on it
-        for yi, v, end in zip(y + offset, med, ends, strict=True):
-            if v > 0:
-                ax.annotate(f"{v:.3g}", (end, yi), xytext=(4, 0), textcoords="offset points",
-                            va="center", fontsize=6)
-    if values and max(values) / min(values) > DECADE:
-        ax.set_xscale("log")
-    ax.set_yticks(y, names, fontsize=8)
-    ax.invert_yaxis()  # the first job on top, as in the table
-    ax.set_xlabel("median time per iteration (ms)" + (", log scale" if values and
-                                                       max(values) / min(values) > DECADE
-                                                       else ""))
-    ax.set_title(textwrap.fill(title + (f" — all {common}" if common else ""), 90),
-                 fontsize=9)  # sweep names can be long
-    ax.legend(fontsize=8, title=WHISKERS, title_fontsize=7, loc="best")
-    ax.grid(True, axis="x", which="both", alpha=0.3)
-    fig.tight_layout()
+    fig, axes = plt.subplots(1, max(1, len(shown)), sharey=True, squeeze=False,
+                             figsize=(3.2 + 3.6 * max(1, len(shown)),
+                                      max(2.6, 0.3 * len(names) + 1.9)))
+    for ax, (name, meds, ranges), color in zip(axes[0], shown, (FORWARD, BACKWARD, "#2ca02c"),
+                                               strict=False):
+        ends = []
+        for yi, med, (q1, q3) in zip(y, meds, [tuple(r) for r in ranges] or
+                                     [(None, None)] * len(meds), strict=True):
+            if med is None:
+                continue
+            if q1 is not None and q3 is not None:
+                ax.hlines(yi, q1, q3, color=color, alpha=0.35, linewidth=6)
+            ax.plot([med], [yi], "o", color=color, markersize=5)
+            end = max(v for v in (med, q3) if v is not None)
+            ends.append(end)
+            ax.annotate(f"{med:.3g}", (end, yi), xytext=(5, 0), textcoords="offset points",
+                        va="center", fontsize=7)
+        ax.set_xlim(0, max(ends) * 1.22)  # room for the values written beside the ends
+        panel(ax, name, "ms per iteration")
+    context = plain_title(context)
+    lines = [question, *([f"all {common}"] if common else []), *([context] if context else [])]
+    return finish(fig, names, textwrap.fill(lines[0], 90) + "".join(f"\n{t}" for t in lines[1:]),
+                  SPREAD)
+
+
+def panel(ax, title: str, xlabel: str) -> None:
+    """A panel of a row chart: its title, its axis named, a light grid along it."""
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.tick_params(labelsize=7)
+
+
+def finish(fig, names: Sequence[str], title: str, meaning: str):
+    """A row chart's rows named, the first on top as in the table; its title; what its marks
+    mean written under the plot, never in a legend over the data."""
+    ax = fig.axes[0]
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    fig.suptitle(title, fontsize=9)
+    fig.text(0.01, 0.01, meaning, fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return fig
+
+
+def save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with files.replaced(path) as tmp:
@@ -157,11 +210,15 @@ def bar_chart(labels: Sequence[str], fwd: Sequence[Optional[float]],
     return path
 
 
-def chart(rows: Sequence[Row], path: Path, title: str,
+def chart(rows: Sequence[Row], path: Path, context: str = "",
           labels: Optional[Sequence[str]] = None) -> Path:
-    """The chart of the timed (ok) rows; `labels` replaces their own labels."""
+    """The chart of the timed (ok) rows — how long each takes per iteration, forward and
+    backward; `labels` replaces their own labels, `context` (the sweep) goes under the
+    question."""
     ok = [r for r in rows if r.status == OK]
-    return bar_chart(list(labels) if labels is not None else [r.label for r in ok],
-                     [r.fwd_median_ms for r in ok], [r.bwd_median_ms for r in ok], path, title,
-                     [(r.fwd_q1_ms, r.fwd_q3_ms) for r in ok],
-                     [(r.bwd_q1_ms, r.bwd_q3_ms) for r in ok])
+    question = f"Time per iteration {by_what([r.choices for r in ok])}: forward and backward"
+    fig = figure(list(labels) if labels is not None else [r.label for r in ok], [
+        ("forward", [r.fwd_median_ms for r in ok], [(r.fwd_q1_ms, r.fwd_q3_ms) for r in ok]),
+        ("backward", [r.bwd_median_ms for r in ok], [(r.bwd_q1_ms, r.bwd_q3_ms) for r in ok]),
+    ], question, context)
+    return save(fig, path)

@@ -12,6 +12,10 @@
   the signal raises `Killed` inside it: the job is recorded `interrupted` with the reason
   (MLflow run KILLED) and returns, so the other jobs of the sweep keep their results and
   `resume=true` runs this one again.
+- In a cluster scheduler's batch task (rnnexp's SLURM launcher: `sigterm_from_scheduler`),
+  SIGTERM is the scheduler's too — scancel, requeue, preemption, a node set down — and ends
+  the task's jobs as SIGUSR1/2 do, not the sweep: the sweep's parent run belongs to the
+  launching process, which sees the task end.
 - While a finished result is recorded (`deferred`), SIGINT/SIGTERM wait until it is written:
   a signal never turns a measured result into an interrupted one.
 """
@@ -22,7 +26,7 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 from rnnexp.errors import Interrupted
 from rnnexp.results import exit_codes
@@ -86,9 +90,29 @@ class Killed(KeyboardInterrupt):
         super().__init__(f"killed: {SCHEDULER.get(signum, signal.Signals(signum).name)}")
 
 
+# The scheduler signals this process received, in order (`scheduler_signalled`).
+_from_scheduler: list[int] = []
+
+
 def _raise_killed(signum: int, frame) -> None:
     settle()  # once is enough: recording the result must not be cut by a second signal
+    _from_scheduler.append(signum)
     raise Killed(signum)
+
+
+def sigterm_from_scheduler() -> None:
+    """From now on SIGTERM is the scheduler's (this process is a batch task): it stops the
+    jobs measuring like SIGUSR1/2, and `install` leaves it to them."""
+    global HANDLED
+    HANDLED = tuple(s for s in HANDLED if s != signal.SIGTERM)
+    SCHEDULER[signal.SIGTERM] = ("SIGTERM from the scheduler (cancel, requeue, preemption or "
+                                 "time limit)")
+
+
+def scheduler_signalled() -> Optional[int]:
+    """The last scheduler signal this process received while it measured or recorded (None:
+    none came): a batch task starts no more work after one."""
+    return _from_scheduler[-1] if _from_scheduler else None
 
 
 def _set_scheduler(handler) -> None:
@@ -102,7 +126,12 @@ def stop_job_on_scheduler() -> None:
     _set_scheduler(_raise_killed)
 
 
+def _note(signum: int, frame) -> None:
+    _from_scheduler.append(signum)
+
+
 def settle() -> None:
     """The measurement is over: a late scheduler signal no longer cuts the recording of its
-    result (the scheduler's hard kill still ends the process when it comes)."""
-    _set_scheduler(signal.SIG_IGN)
+    result, only noted (`scheduler_signalled`); the scheduler's hard kill still ends the
+    process when it comes."""
+    _set_scheduler(_note)

@@ -368,8 +368,7 @@ def test_the_chart_is_named_by_what_it_shows(real_sweep, tmp_path, capsys, monke
     rc, out, _ = run_compare(capsys, str(sweep), "--baseline", "model=lstm")
     assert rc == 0
     (png,) = (tmp_path / "outputs" / "compare").glob("*.png")
-    assert png.name == "s-baseline-model=lstm.png" and f"chart: outputs/compare/{png.name}" \
-        in out
+    assert png.name == "s-vs-lstm.png" and f"chart: outputs/compare/{png.name}" in out
 
 
 @pytest.mark.slow

@@ -92,3 +92,24 @@ def test_refusals_shared_by_several_models_are_one_footnote():
     assert any("model=lstm, gru is an nn module" in n and "e.g. for lstm:" in n for n in notes)
     assert any("model=py, vl_py is eager Python" in n for n in notes)
     assert sum("needs a CUDA build" in n for n in notes) == 1
+
+
+def test_the_docs_example_is_what_the_command_prints_here():
+    """docs/backends.md shows `matrix --models lstm,py,jit,gru` on a CPU-only torch 2.13.0
+    build: the page and the command must not drift apart."""
+    import re
+
+    import pytest
+    import torch
+
+    if torch.__version__ != "2.13.0+cpu":
+        pytest.skip(f"the page shows torch 2.13.0+cpu; this is {torch.__version__}")
+    page = (ROOT / "docs" / "backends.md").read_text()
+    shown = re.search(r"matrix --models lstm,py,jit,gru` prints:\n\n```\n(.*?)\n```", page,
+                      re.S).group(1).splitlines()
+    proc = subprocess.run([sys.executable, "-m", "rnnexp", "matrix", "--models",
+                           "lstm,py,jit,gru"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    printed = [ln.rstrip() for ln in proc.stdout.strip("\n").splitlines()]
+    assert [ln.strip() for ln in printed] == [ln.strip() for ln in shown]

@@ -252,8 +252,8 @@ def test_legacy_fuser_really_fuses_on_the_cpu():
 def test_inductor_mode_is_validated():
     with pytest.raises(RnnexpError) as err:
         config_check.check(["backend=inductor", "backend.mode=fast"], multirun=False)
-    assert str(err.value) == ("backend.mode: Invalid value 'fast', expected one of [default, "
-                              "reduce-overhead, max-autotune]")
+    assert str(err.value) == ("backend.mode: 'fast' is not one of default, reduce-overhead, "
+                              "max-autotune")
     (cfg,) = config_check.check(["backend=inductor", "backend.mode=max-autotune"], False)
     assert cfg.backend.mode.value == "max-autotune"
 

@@ -61,12 +61,20 @@ def test_min_len_above_max_len_is_refused():
 
 @pytest.mark.parametrize("override, expected", [
     ("model=nope", "model=nope: no such option — choose one of: "),
-    ("shape.hidden_size=abc", "shape.hidden_size: Value 'abc'"),
+    ("shape.hidden_size=abc", "shape.hidden_size: 'abc' is not a whole number — e.g. "
+                              "shape.hidden_size=512"),
+    ("bench.iters=ten", "bench.iters: 'ten' is not a whole number — e.g. bench.iters=100"),
+    ("bench.backward=maybe", "bench.backward: 'maybe' is not true or false — e.g. "
+                             "bench.backward=true"),
+    ("bench.iters=null", "bench.iters: cannot be null — e.g. bench.iters=100"),
+    ("device=gpu", "device=gpu: no such option — did you mean cuda?"),
+    ("backend=eager", "backend=eager: no such option — did you mean aten?"),
     ("shape.foo=1", "shape.foo: no such field — valid: shape.seq_len"),
     ("shape.hiden_size=1", "shape.hiden_size: no such field — did you mean shape.hidden_size?"),
     ("foo=1", "foo: no such field — valid: model, backend"),
-    ("dtype=float64", "expected one of [float32, float16, bfloat16]"),
-    ("device.kind=tpu", "expected one of [auto, cpu, cuda]"),
+    ("dtype=float64", "dtype: 'float64' is not one of float32, float16, bfloat16 — did you "
+                      "mean float16?"),
+    ("device.kind=tpu", "device.kind: 'tpu' is not one of auto, cpu, cuda"),
 ])
 def test_composition_errors_are_one_line(override, expected):
     with pytest.raises(RnnexpError) as err:

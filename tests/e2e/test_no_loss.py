@@ -290,6 +290,8 @@ def test_a_copied_sweep_folder_is_its_own_sweep_and_a_moved_one_the_same(tmp_pat
     assert len(runs_of(store)[1]) == 2  # no parent made for it: it is the original sweep
 
 
+@pytest.mark.skipif(shutil.which("srun") is not None, reason="a SLURM cluster would run it "
+                    "(tests/slurm: a launch the controller refuses)")
 def test_a_launch_that_fails_closes_its_parent_and_compare_passes_over_it(tmp_path):
     """No SLURM here: the sweep's launch fails after its parent run was opened. The parent
     ends FAILED with the reason, and a plain compare takes the latest sweep with jobs."""

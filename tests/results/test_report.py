@@ -25,10 +25,23 @@ def render(status: str) -> str:
 def test_valid_result_shows_rates():
     text = render(OK)
     assert "333,333" in text  # tokens/s at 3 ms per fwd+bwd
-    assert "1.000 ± 0.000" in text and "2.000 ± 0.000" in text
+    assert "1.00 [1.00, 1.00]" in text and "2.00 [2.00, 2.00]" in text
     row = next(line for line in text.splitlines() if line.startswith("│ jit"))
     status = row.split("│")[-2].strip()  # the row's last cell
     assert status == "ok"
+
+
+def test_a_time_is_its_median_and_quartiles_never_a_symmetric_error():
+    """A skewed sample (one slow iteration in four) reads as skewed: nothing below zero."""
+    from rnnexp.results.result import format_quartiles
+
+    assert format_quartiles(0.7, 0.51, 22.32) == "0.700 [0.510, 22.320]"
+    assert format_quartiles(17.02, 16.5, 18.123) == "17.0 [16.5, 18.1]"
+    assert format_quartiles(1568.5855614999582, 1500.2, 1600.9) == "1569 [1500, 1601]"
+    assert format_quartiles(None, None, None) == "—"
+    assert format_quartiles(2.0, None, None) == "2.00"
+    text = render(OK)
+    assert "±" not in text and "median [25th, 75th percentile]" in text
 
 
 def test_failed_verification_shows_no_rates_and_says_so():
@@ -78,22 +91,26 @@ def test_a_deepbench_problem_names_the_row():
     assert Row.of("0", r).label == r.label  # summaries, charts and compare read Row.label
 
 
+# A terminal of 130 columns holds a row whole: its name and its numbers, each on one line.
+WIDTH = 130
+
+
 def test_the_table_fits_a_terminal_with_reasons_as_footnotes():
     reason = "backend=cudnn needs a CUDA build of PyTorch; this one is CPU-only — use " \
              "backend=aten or backend=jit"
     rows = [result_with({**LSTM, "model": "jit_premul_bias"}, ["shape.hidden_size=1024"]),
             result_with({**LSTM, "backend": "cudnn"}, [], UNSUPPORTED, reason),
             result_with({**LSTM, "model": "py", "backend": "cudnn"}, [], UNSUPPORTED, reason)]
-    console = Console(record=True, width=120)
+    console = Console(record=True, width=WIDTH)
     console.print(results_table(rows))
     text = console.export_text()
     assert "…" not in text  # names fold, never truncate
     assert "jit_premul_bias·aten·default(hidden_size=1024)" in text
-    assert "1.150 ± 0.412" in text and "204,082" in text  # numbers on one line
+    assert "1.15 [1.08, 1.90]" in text and "204,082" in text  # numbers on one line
     assert text.count(reason) == 1  # once, as footnote [1], under the table
     assert text.count("unsupported [1]") == 2
     assert "GFLOP/s" not in text.split("\n", 3)[2]  # rates beyond tokens/s: --wide only
-    assert all(len(line) <= 120 for line in text.splitlines())
+    assert all(len(line) <= WIDTH for line in text.splitlines())
 
 
 def test_wide_table_adds_the_rest():

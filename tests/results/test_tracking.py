@@ -112,7 +112,10 @@ def test_sweep_is_one_parent_with_a_child_per_job(recorded_sweep):
                      "p90_ms", "cv", "n", "tokens_per_s", "gflops", "gbps"):
             assert f"{prefix}/{stat}" in m, f"{prefix}/{stat}"
     assert m["fwd/n"] == 3 and m["verify/max_abs_error"] < 1e-3
-    assert m["tokens_per_s"] == m["total/tokens_per_s"]
+    # Key metrics rounded for reading (four digits); their sections keep every digit.
+    assert m["tokens_per_s"] == runs.rounded(m["total/tokens_per_s"])
+    assert m["fwd_median_ms"] == float(f"{m['fwd/median_ms']:.4g}")
+    assert t["sweep"] == parent.info.run_name  # shown beside each job in the saved view
     fwd = client.get_metric_history(ok.info.run_id, "samples/fwd_ms")
     assert sorted(x.step for x in fwd) == [0, 1, 2]
     assert len(client.get_metric_history(ok.info.run_id, "samples/bwd_ms")) == 3
@@ -364,14 +367,23 @@ def test_a_sweep_leaves_a_saved_view_of_its_key_columns_and_prints_its_link(reco
     assert metric_columns == [f"metrics.`{k}`" for k in runs.KEY_METRICS]
     assert metric_columns[:2] == ["metrics.`fwd_median_ms`", "metrics.`bwd_median_ms`"]
     assert {"params.`model`", "params.`backend`", "params.`shape`", "params.`device`",
-            "tags.`status`"} <= set(state["selectedColumns"])
+            "tags.`sweep`"} <= set(state["selectedColumns"])
+    # The status and the machine's flags first: they fit the screen beside the run's name.
+    assert state["selectedColumns"][:2] == ["tags.`status`", "tags.`env.flags`"]
     assert state["columnOrder"][3:] == state["selectedColumns"]
-    assert (state["orderByKey"], state["orderByAsc"]) == ("attributes.start_time", False)
-    assert [(c["type"], c["metricKey"]) for c in state["compareRunCharts"]] == \
-        [("BAR", "fwd_median_ms"), ("BAR", "bwd_median_ms")]
-    # UIs before saved views read the same view from the top level.
+    # Jobs only, newest first: filtered and not sorted by start time, MLflow lists them flat
+    # instead of folded under their sweep's parent.
+    assert state["searchFilter"] == "tags.`rnnexp.kind` = 'job'"
+    assert (state["orderByKey"], state["orderByAsc"]) == ("attributes.`end_time`", False)
+    charts = [(c["type"], c.get("metricKey"), c["deleted"]) for c in state["compareRunCharts"]]
+    assert charts[:3] == [("PARALLEL", None, False), ("BAR", "pct_peak_flops", False),
+                          ("BAR", "pct_peak_bandwidth", False)]
+    assert {m for _, m, deleted in charts if deleted} == \
+        set(runs.KEY_METRICS) - {"pct_peak_flops", "pct_peak_bandwidth"}  # none across shapes
+    assert state["compareRunCharts"][0]["selectedParams"][0] == "shape"
+    # UIs before saved views read the same view from the top level (their own charts).
     assert value["selectedColumns"] == state["selectedColumns"]
-    assert value["compareRunCharts"] == state["compareRunCharts"]
+    assert "compareRunCharts" not in value
 
 
 def record_again(uri: str, folder: Path) -> None:

@@ -23,7 +23,8 @@ from rnnexp.results.result import (
     RECOMPILED,
     UNSUPPORTED,
     PhaseStats,
-    format_ms,
+    Row,
+    format_quartiles,
     label,
 )
 
@@ -308,12 +309,23 @@ def verdicts(runs: Sequence[Run], bases: Sequence[Optional[Run]], judged: Judged
         out.append(m.Verdict(
             number=i + 1, label=label(run.config, keys), phase=p,
             baseline=f"#{numbers[id(base)]}" if id(base) in numbers else base.row.label,
-            baseline_ms=base.shown_ms(p, d.baseline_ms),
-            candidate_ms=run.shown_ms(p, d.candidate_ms), processes=d.processes_text,
+            baseline_ms=level(base, p, d.baseline_ms),
+            candidate_ms=level(run, p, d.candidate_ms), processes=d.processes_text,
             speedup=d.speedup, low=d.low, high=d.high, verdict=v, text=d.cell(),
             method=d.method, p_holm=d.p_holm, why_not=d.why_not, regression=regression,
             flagged=bool(run.flags or base.flags)))
     return out
+
+
+def ms(row: Row, p: str) -> str:
+    """A phase's time as the console shows it: median [25th, 75th percentile]."""
+    return format_quartiles(*(getattr(row, f"{p}_{s}_ms") for s in ("median", "q1", "q3")))
+
+
+def level(run: Run, p: str, value: float) -> str:
+    """A side's level as a comparison estimated it (its speedup is the ratio of the two),
+    else the run's median [quartiles]."""
+    return run.shown_ms(p, value) if math.isfinite(value) else ms(run.row, p)
 
 
 def cells(runs: Sequence[Run], bases: Optional[Sequence[Optional[Run]]],
@@ -329,8 +341,7 @@ def cells(runs: Sequence[Run], bases: Optional[Sequence[Optional[Run]]],
             axes={k: run.config.get(k, "?") for k in keys}, status=run.row.status,
             kind=kind_of(run), headline=headline(run), reason=reason_of(run),
             flags=list(run.flags),
-            fwd=format_ms(run.row.fwd_median_ms, run.row.fwd_iqr_ms),
-            bwd=format_ms(run.row.bwd_median_ms, run.row.bwd_iqr_ms),
+            fwd=ms(run.row, "fwd"), bwd=ms(run.row, "bwd"),
             is_baseline=base is run, verdicts=[v for v in found if v.number == n],
             sections=sections(run, base if base is not run else None),
             command=command(run), samples=samples, rounds=rounds, samples_note=note))

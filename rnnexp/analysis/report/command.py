@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from rnnexp.analysis import compare, significance
-from rnnexp.analysis.report import publish
-from rnnexp.analysis.sweeps import Sweep
+from rnnexp.analysis import compare
 from rnnexp.config.schema import default_store_uri
 from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.results import exit_codes
 from rnnexp.results.report import print_error
+
+if TYPE_CHECKING:  # with torch, SciPy and MLflow: imported once the arguments are read
+    from rnnexp.analysis.sweeps import Sweep
 
 DEFAULT_FOLDER = Path("outputs/reports")
 
@@ -37,9 +38,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--against", default=None, metavar="SWEEP",
                         help="a baseline sweep: every cell against the run of it that "
                              "measured the same configuration")
-    parser.add_argument("--min-effect", type=float, default=100 * significance.MIN_EFFECT,
+    parser.add_argument("--min-effect", type=float, default=compare.MIN_EFFECT_PCT,
                         metavar="PCT", help="smallest difference reported, in %% (default: "
-                                            f"{100 * significance.MIN_EFFECT:g})")
+                                            f"{compare.MIN_EFFECT_PCT:g})")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
                         help="the gate line; exit 3 if a cell is significantly slower than "
                              "its baseline by PCT%% or more")
@@ -69,6 +70,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def together(loaded: Sequence[Sweep]) -> Sweep:
     """Several sweeps as one: their runs side by side, each numbered in turn."""
+    from rnnexp.analysis.sweeps import Sweep
+
     if len(loaded) == 1:
         return loaded[0]
     return Sweep(name=" + ".join(s.name for s in loaded),
@@ -106,6 +109,8 @@ def output(args: argparse.Namespace, loaded: Sequence[Sweep]) -> Path:
 
 
 def report(args: argparse.Namespace) -> int:
+    from rnnexp.analysis.report import publish
+
     stores = compare.Stores(args.tracking_uri, args.experiment)
     c, loaded = paired(args, stores)
     if c.bases is not None:
@@ -125,11 +130,13 @@ def report(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`rnnexp report ARGS`; errors reach rnnexp.app.commands' boundary."""
     args = parse_args(argv)
+    from rnnexp.results.sinks.mlflow import store
+
     try:
-        with compare.store.http_limits():
+        with store.http_limits():
             return report(args)
     except Exception as err:
         if not compare.from_the_store(err) or isinstance(err, RnnexpError):
             raise
         raise RnnexpError(f"MLflow store {compare.redact(str(args.tracking_uri))}: "
-                          f"{compare.redact(compare.store.short_reason(err))}") from None
+                          f"{compare.redact(store.short_reason(err))}") from None

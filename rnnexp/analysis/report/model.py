@@ -74,7 +74,7 @@ class Cell:
     headline: str  # "ok", "ok (busy)", "refused", "verification failed", "crashed"
     reason: str = ""  # one line: the refusal's reason, the verification's numbers, the crash
     flags: list[str] = field(default_factory=list)
-    fwd: str = "—"  # median ± IQR/2, ms
+    fwd: str = "—"  # median [25th, 75th percentile], ms
     bwd: str = "—"
     is_baseline: bool = False
     verdicts: list[Verdict] = field(default_factory=list)

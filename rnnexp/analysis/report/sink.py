@@ -1,5 +1,6 @@
 """The report sink (`sinks=[json,console,report,mlflow]`, the default): at a sweep's end,
-the sweep's HTML report in <sweep>/summary/report.html, its path printed. Listed before
+the sweep's HTML report in <sweep>/summary/report.html (the console names it with the sweep's
+other files). Listed before
 `mlflow`, the MLflow sink logs it with the summary to the sweep's parent run. A single run
 gets none (its table says everything); `sinks=[json,console,mlflow]` leaves it out."""
 
@@ -31,7 +32,7 @@ class Report(Sink):
         # Imported at the end of a sweep, not when the sinks are built for every job.
         from rnnexp.analysis import sweeps
         from rnnexp.analysis.compare import varying
-        from rnnexp.analysis.report import build, publish
+        from rnnexp.analysis.report import build, render
 
         runs = []
         for folder, result in jobs:
@@ -41,4 +42,4 @@ class Report(Sink):
                 job = str(folder)
             runs.append(sweeps.Run.of(job, result))
         report = build.report(f"sweep {sweep.name}", [sweep.dir], runs, None, {}, varying(runs))
-        publish.write(report, sweep.path / summary.SUMMARY_DIR / summary.REPORT, [], None, "")
+        render.write(report, sweep.path / summary.SUMMARY_DIR / summary.REPORT)

@@ -4,9 +4,10 @@ fastrnns JSON and MLflow, chosen in config (`sinks=[console,json,mlflow]`, `+sin
 A sink is one module with a `Sink` subclass and one YAML in conf/sinks/ naming it by
 `_target_` with its options. It learns about a job's result with `on_job`, and about a sweep
 (Hydra multirun) with `on_sweep_start` before any job, `on_sweep_end` after the last and
-`on_abort` when the sweep is cut short. Jobs may run in other processes than the sweep's
-events (joblib workers, cluster nodes), so a sink keeps what its jobs need from the sweep in
-`sweep.state[name]`, which travels through the sweep folder.
+`on_abort` when the sweep is cut short; once every sink has ended the sweep,
+`on_sweep_closed` (the console says there where everything went). Jobs may run in other
+processes than the sweep's events (joblib workers, cluster nodes), so a sink keeps what its
+jobs need from the sweep in `sweep.state[name]`, which travels through the sweep folder.
 """
 
 from __future__ import annotations
@@ -138,6 +139,9 @@ class Sink:
     def on_abort(self, sweep: Sweep, result: Result) -> None:
         """The sweep is cut short by this job (Ctrl-C, a signal)."""
 
+    def on_sweep_closed(self, sweep: Sweep, jobs: Jobs) -> None:
+        """After every sink's `on_sweep_end`: what the others wrote is there."""
+
 
 def check(config: Mapping[str, Any]) -> None:
     """The sinks `build` would make can be made — every target a Sink class of rnnexp (or an
@@ -165,10 +169,13 @@ def build(config: Mapping[str, Any]) -> list[Sink]:
 def load_jobs(sweep_dir: Path, broken: Optional[list] = None) -> list[tuple[Path, Result]]:
     """(job folder, result) for every job of a sweep that saved one, in job order; the
     files that are no result (truncated, empty, foreign) go to `broken` if given."""
+    from rnnexp.results.job_links import LINKS
     from rnnexp.results.result import RESULTS_FILE, BrokenResults
 
     found = []
     for path in Path(sweep_dir).rglob(RESULTS_FILE):
+        if path.relative_to(sweep_dir).parts[0] == LINKS:
+            continue  # the jobs by name, copied as folders: each is one of the numbered ones
         try:
             found.append((path.parent, Result.load_checked(path)))
         except BrokenResults as err:

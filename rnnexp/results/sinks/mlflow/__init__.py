@@ -119,7 +119,8 @@ class Mlflow(Sink):
         try:
             with self.client() as (client, exp_id):
                 runs.log_result(client, exp_id, result, output_dir,
-                                parent_run_id=state.get("run_id"))
+                                parent_run_id=state.get("run_id"),
+                                sweep_name=sweep.name if sweep else "")
                 self._save_view(client, exp_id)
                 if sweep is None:  # a sweep's link comes once, at its end
                     self._print_link(exp_id)
@@ -205,7 +206,8 @@ class Mlflow(Sink):
                 if sweep is not None and parent is None:  # made once a job needs it
                     parent = new_parent = runs.open_parent(client, exp_id, sweep,
                                                            jobs[0][1].git_commit)
-                run_id = runs.log_result(client, exp_id, result, folder, parent_run_id=parent)
+                run_id = runs.log_result(client, exp_id, result, folder, parent_run_id=parent,
+                                         sweep_name=sweep.name if sweep else "")
                 console.print(f"  uploaded          {result.label}  → run {run_id}",
                               highlight=False, markup=False)
                 done.append(True)

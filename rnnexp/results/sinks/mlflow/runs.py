@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from rnnexp.machine import scheduler
 from rnnexp.results import summary
+from rnnexp.results.identity import WORK_BENCH
+from rnnexp.results.report import job_name
 from rnnexp.results.result import (
     FAILED_STATUSES,
     INTERRUPTED,
@@ -39,14 +43,25 @@ TAG_RESULT_ID = "rnnexp.result_id"
 TAG_SWEEP_ID = "rnnexp.sweep_id"
 TAG_KIND = "rnnexp.kind"  # "job" or "sweep"
 TAG_GROUPS = "rnnexp.groups"  # the config groups, comma-separated: the comparable choices
+TAG_SWEEP = "sweep"  # a job's sweep, by name
 
 
 def run_status(result: Result) -> str:
     return RUN_STATUS.get(result.status, "FAILED")
 
 
+# Overrides of what a measurement is (rnnexp.results.identity) that its label does not show:
+# jobs of a sweep over them would otherwise share one name.
+NAMED_OVERRIDES = ("seed", *(f"bench.{name}" for name in WORK_BENCH))
+
+
 def run_name(result: Result) -> str:
-    return f"{result.label} (declined)" if result.status == UNSUPPORTED else result.label
+    """The job's name as its table row shows it — the backend that ran after the one asked
+    for (`lstm·auto→aten·small·cpu`) — with any override of the measurement its label does
+    not show (`… seed=1`), and `(declined)` for a job that did not run here."""
+    extra = [o for o in result.overrides if o.lstrip("+~").split("=", 1)[0] in NAMED_OVERRIDES]
+    name = " ".join([job_name(result), *extra])
+    return f"{name} (declined)" if result.status == UNSUPPORTED else name
 
 
 def result_id(results_file: Path) -> str:
@@ -121,7 +136,8 @@ def tags_of(result: Result) -> dict[str, str]:
 
 def environment_tags(result: Result) -> dict[str, str]:
     """Whether the machine was fit to time on: flags (busy, oversubscribed, high_spread,
-    drifting, gpu_throttled; "none"), why, the busiest other processes, GPU clocks."""
+    drifting, gpu_throttled; "none"), why, the busiest other processes, GPU clocks; and the
+    cluster node and task it ran in."""
     env = result.environment
     if env is None:
         return {}
@@ -132,6 +148,9 @@ def environment_tags(result: Result) -> dict[str, str]:
             tags[f"env.busy_{when}"] = seen.summary(env.cores)
     if env.gpu:
         tags["env.gpu"] = json.dumps(env.gpu, default=str)
+    if env.scheduler:  # the cluster node and task it ran in: runs filter and group by them
+        tags["node"] = env.scheduler.get("node", "")
+        tags["slurm_job"] = scheduler.task_name(env.scheduler)
     return tags
 
 
@@ -159,9 +178,22 @@ KEY_ROOFLINE = ("pct_peak_flops", "pct_peak_bandwidth")
 KEY_METRICS = (*(f"{p}_median_ms" for p in PHASE_PREFIX.values()), *KEY_RATES, *KEY_ROOFLINE)
 
 
+# The key metrics are for reading in MLflow's table and charts, which show every digit a
+# float has (1568.5855614999582): they are logged to this many significant digits. The
+# sections (fwd/median_ms, total/tokens_per_s, roofline/...) and results.json keep them all.
+KEY_DIGITS = 4
+
+
+def rounded(value: float, digits: int = KEY_DIGITS) -> float:
+    """`value` to `digits` significant digits (1568.5855 → 1569.0, 0.0123456 → 0.01235)."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, digits - 1 - math.floor(math.log10(abs(value))))
+
+
 def key_metrics(result: Result) -> dict[str, float]:
     """Medians of each phase, the job's rates (forward+backward, else forward) and its % of
-    the measured peaks."""
+    the measured peaks, rounded for reading (KEY_DIGITS)."""
     out = {}
     for phase, prefix in PHASE_PREFIX.items():
         if result.phase(phase).timed:
@@ -170,7 +202,7 @@ def key_metrics(result: Result) -> dict[str, float]:
     out.update({k: rates[k] for k in KEY_RATES if k in rates})
     roof = result.roofline.metrics() if result.roofline else {}
     out.update({k: roof[k] for k in KEY_ROOFLINE if k in roof})
-    return out
+    return {k: rounded(v) for k, v in out.items()}
 
 
 def metrics_of(result: Result) -> dict[str, float]:
@@ -228,8 +260,10 @@ def find_recorded(client, exp_id: str, rid: str) -> Optional[str]:
 
 
 def log_result(client, exp_id: str, result: Result, output_dir: Path,
-               parent_run_id: Optional[str] = None) -> str:
-    """Create, fill and terminate the run of a saved result; returns its run id.
+               parent_run_id: Optional[str] = None, sweep_name: str = "") -> str:
+    """Create, fill and terminate the run of a saved result; returns its run id. A job of a
+    sweep carries the sweep's name (tag `sweep`): the runs table shows jobs without their
+    parents (rnnexp.results.sinks.mlflow.view).
 
     The client API (not fluent start_run) keeps no active run in the process, so the basic
     launcher (jobs in the callback's process) and reused loky workers leak nothing. The
@@ -243,6 +277,8 @@ def log_result(client, exp_id: str, result: Result, output_dir: Path,
     tags = tags_of(result)
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
+    if sweep_name:
+        tags[TAG_SWEEP] = sweep_name[:MAX_TAG_VALUE]
     run = client.create_run(exp_id, start_time=start, tags=tags, run_name=run_name(result))
     run_id = run.info.run_id
     try:
@@ -304,6 +340,8 @@ def reopen_parent(client, run_id: str) -> bool:
     except MlflowException:
         return False
     client.update_run(run_id, status="RUNNING")
+    if "reason" in client.get_run(run_id).data.tags:  # why it ended before: no longer so
+        client.delete_tag(run_id, "reason")
     return True
 
 

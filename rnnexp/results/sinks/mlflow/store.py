@@ -7,7 +7,7 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from filelock import FileLock
 from rich.markup import escape
@@ -30,9 +30,10 @@ class StoreError(RnnexpError):
 
 
 @contextmanager
-def http_limits() -> Iterator[None]:
-    """Low retry/timeout for MLflow's HTTP client, unless the user set their own."""
-    added = {k: v for k, v in HTTP_LIMITS.items() if k not in os.environ}
+def http_limits(limits: Mapping[str, str] = HTTP_LIMITS) -> Iterator[None]:
+    """Low retry/timeout for MLflow's HTTP client (or `limits`), unless the user set their
+    own."""
+    added = {k: v for k, v in limits.items() if k not in os.environ}
     os.environ.update(added)
     try:
         yield

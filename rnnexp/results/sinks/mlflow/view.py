@@ -3,9 +3,17 @@
 MLflow keeps the runs table's column choice in the browser and shows no metric until one is
 picked. A view stored as the experiment tag `mlflow.sharedViewState.<key>` is what the link
 `<ui>/#/experiments/<id>/runs?viewStateShareKey=<key>` opens (and, from MLflow 3.17, what
-its *Views* menu lists by name). rnnexp stores one, `rnnexp`: the group params and the key
-metrics (runs.KEY_METRICS) as columns, newest first, sweeps with their jobs folded in
-beneath them, and bar charts of the forward and backward medians first in the chart view.
+its *Views* menu lists by name). rnnexp stores one, `rnnexp`, that shows the figures without
+a click:
+- every job, newest first, and no sweep parent: MLflow folds a sweep's jobs under their
+  parent (with `-` in every metric column) unless the table is filtered, so the view filters
+  on `tags.rnnexp.kind = 'job'` — each job names its sweep in the `sweep` column;
+- its status and the machine's flags first, then the key metrics (runs.KEY_METRICS, logged
+  rounded to four digits), then the group params: what matters fits 1600 pixels;
+- in the chart view, runs compared where they are comparable: a parallel-coordinates chart
+  from shape through model and backend to the forward median (a shape's runs share its axis
+  point), and the shares of the measured GEMM and copy peaks, which do not depend on the
+  shape; no chart of a figure that does (MLflow would add one per metric).
 
 The value is one JSON object read both ways: MLflow 3.17's saved-view envelope (`name`,
 `createdAt`, `updatedAt` and `state`, the view as a JSON string) and, for earlier UIs, the
@@ -20,7 +28,7 @@ import time
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from rnnexp.results.sinks.mlflow.runs import KEY_METRICS
+from rnnexp.results.sinks.mlflow.runs import KEY_METRICS, TAG_SWEEP
 
 SHARE_KEY = "rnnexp"
 TAG = f"mlflow.sharedViewState.{SHARE_KEY}"
@@ -31,7 +39,16 @@ NAME = "rnnexp: key metrics"
 # The config groups a person tells runs apart by (a sweep's parent carries what it swept).
 GROUP_PARAMS = ("model", "backend", "shape", "device")
 STATUS_TAGS = ("status", "env.flags")
-CHARTED = ("fwd_median_ms", "bwd_median_ms")
+# Only jobs: with any filter MLflow lists runs flat instead of folding them under parents.
+JOBS_ONLY = "tags.`rnnexp.kind` = 'job'"
+# The parallel chart's axes: comparable runs meet at their shape (one metric: the card is
+# narrow, and the table has the backward median beside it).
+PARALLEL_PARAMS = ("shape", "model", "backend")
+PARALLEL_METRICS = ("fwd_median_ms",)
+# Bars: shares of the device's measured peaks, comparable across shapes. MLflow adds a bar
+# chart of every other metric not charted yet; the key metrics whose value depends on the
+# shape are given one, deleted, so that none is drawn across shapes.
+CHARTED = ("pct_peak_flops", "pct_peak_bandwidth")
 # MLflow's limit on an experiment tag value: 5000 characters until a recent MLflow raised
 # it to 20000, and a server may run an older MLflow than this client.
 MAX_VALUE = 5000
@@ -46,11 +63,12 @@ def column(kind: str, name: str) -> str:
 
 
 def columns() -> list[str]:
-    """The key metrics in their order (the UI would sort them by name), then the params and
-    the status."""
-    return [*(column("metrics", m) for m in KEY_METRICS),
+    """The status and flags, the key metrics in their order (the UI would sort them by name),
+    the group params, and the sweep a job belongs to."""
+    return [*(column("tags", t) for t in STATUS_TAGS),
+            *(column("metrics", m) for m in KEY_METRICS),
             *(column("params", p) for p in GROUP_PARAMS),
-            *(column("tags", t) for t in STATUS_TAGS)]
+            column("tags", TAG_SWEEP)]
 
 
 # The columns MLflow 3.17's runs table always shows first, by their ids there: the run's
@@ -59,9 +77,10 @@ _LEADING = ("attributes.`Run Name`", "runDateAndNestInfo", "duration")
 
 
 def widths() -> dict[str, int]:
-    """Pixels that fit each metric's name (the UI's default cuts `fwd_median_ms` short), and
-    a sweep's name up to its date."""
-    return {_LEADING[0]: 280, **{column("metrics", m): 150 for m in KEY_METRICS}}
+    """Pixels that fit a job's name, each metric's name (the UI's default cuts
+    `fwd_median_ms` short) and a machine's flags."""
+    return {_LEADING[0]: 250, column("tags", "status"): 80, column("tags", "env.flags"): 120,
+            **{column("metrics", m): 118 for m in KEY_METRICS}}
 
 
 def _bar(metric: str) -> dict[str, Any]:
@@ -70,12 +89,25 @@ def _bar(metric: str) -> dict[str, Any]:
             "isGenerated": False}
 
 
+def _not_charted(metric: str) -> dict[str, Any]:
+    """A deleted chart of `metric`: the UI adds none of its own (the view's tag has a
+    length limit: only what the UI reads)."""
+    return {"uuid": f"rnnexp-{metric}", "type": "BAR", "metricKey": metric, "deleted": True}
+
+
+def _parallel() -> dict[str, Any]:
+    return {"uuid": "rnnexp-by-shape", "type": "PARALLEL", "metricSectionId": _SECTION,
+            "selectedParams": list(PARALLEL_PARAMS), "selectedMetrics": list(PARALLEL_METRICS),
+            "runsCountToCompare": 100, "showAllRuns": True, "deleted": False,
+            "isGenerated": False}
+
+
 def state() -> dict[str, Any]:
     """The whole view, as the UI saves one: earlier UIs take the UI part as it is, so
     every field is given (MLflow's defaults where rnnexp has no choice)."""
     return {
-        # Search facets: every active run, newest first.
-        "searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False,
+        # Search facets: every active job, newest first.
+        "searchFilter": JOBS_ONLY, "orderByKey": "attributes.`end_time`", "orderByAsc": False,
         "startTime": "ALL", "lifecycleFilter": "Active", "modelVersionFilter": "All Runs",
         "datasetsFilter": [],
         # The runs table.
@@ -85,7 +117,8 @@ def state() -> dict[str, Any]:
         "runsHiddenMode": "FIRST_20_RUNS", "viewMaximized": False, "runListHidden": False,
         "groupBy": None, "groupsExpanded": {}, "autoRefreshEnabled": True,
         # The chart view: the key metrics' section first, the medians charted in it.
-        "compareRunCharts": [_bar(m) for m in CHARTED],
+        "compareRunCharts": [_parallel(), *(_bar(m) for m in CHARTED),
+                             *(_not_charted(m) for m in KEY_METRICS if m not in CHARTED)],
         "compareRunSections": [
             {"uuid": _SECTION, "name": "Model metrics", "display": True, "isReordered": True},
             {"uuid": "rnnexp-system-metrics", "name": "System metrics", "display": True,
@@ -105,8 +138,9 @@ def fingerprint() -> str:
     return hashlib.sha256(_state_text().encode()).hexdigest()[:16]
 
 
-# Read only by the UIs that read the envelope: left out of the copy for earlier ones.
-_ENVELOPE_ONLY = ("columnOrder", "columnWidths")
+# Read only by the UIs that read the envelope, or left out of the copy for earlier ones so
+# that the whole value stays under MAX_VALUE (earlier UIs chart every metric, as by default).
+_ENVELOPE_ONLY = ("columnOrder", "columnWidths", "compareRunCharts", "compareRunSections")
 
 
 def tag_value(created_ms: int, updated_ms: int) -> str:

@@ -91,7 +91,8 @@ def cli(*args: str) -> int:
 def test_a_sweep_writes_its_report_prints_it_and_logs_it_to_its_parent_run(real_sweep):
     folder, uri, out = real_sweep
     report = folder / "summary" / "report.html"
-    assert f"report: {report}" in out
+    assert report.is_file() and f"sweep: {folder}/" in out  # named among the sweep's files
+    assert "summary/ " in out and "report.html (open in a browser)" in out
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("rnnexp")
     parent = client.search_runs([exp.experiment_id],

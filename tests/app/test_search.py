@@ -1,0 +1,269 @@
+"""`rnnexp search`: its space read from Hydra's sweep syntax (conditional fields from the
+configs), its decisions on a replayed grid (refused and failed cells are constraints, never
+measured again; a stored study goes on; the winner is the one a fresh A/B confirms), and
+one real search end to end."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from rnnexp.app.search import confirm, replay, space, study, window
+from rnnexp.errors import RnnexpError
+from rnnexp.results.result import INVALID, OK, UNSUPPORTED
+from tests.conftest import ROOT
+
+SPACE = ["model=jit", "backend=aten,jit,te", "backend.executor=profiling,simple",
+         "dtype=float32,bfloat16", "bench.num_threads=1,2", "shape=small", "device=cpu"]
+# What makes a synthetic cell fast: a factor per value, multiplied.
+FACTORS = {"backend=aten": 1.0, "backend.executor=profiling": 1.3,
+           "backend.executor=simple": 1.6, "dtype=float32": 1.0, "dtype=bfloat16": 0.5,
+           "bench.num_threads=1": 1.0, "bench.num_threads=2": 1.2}
+
+
+@pytest.fixture(scope="module")
+def grid() -> space.Space:
+    return space.parse(SPACE)
+
+
+def rounds(level: float, seed: int) -> list[list[float]]:
+    """Two processes × 10 rounds around `level` ms, with a deterministic wobble."""
+    return [[level * (1 + 0.01 * ((seed * 7 + p * 3 + r * 5) % 5 - 2)) for r in range(10)]
+            for p in range(2)]
+
+
+def recording(s: space.Space) -> replay.Recording:
+    """Every cell of SPACE: te refused (no LLVM), jit profiling in bfloat16 fails
+    verification, the rest timed at 1 ms ÷ their factors, each with the baseline in its
+    window."""
+    cells, bases = [], []
+    for i, params in enumerate(s.cells()):
+        own = s.overrides(params)
+        if "backend=te" in own:
+            cells.append({"overrides": own, "status": UNSUPPORTED, "window": None,
+                          "reason": "backend=te cannot fuse on the CPU: no LLVM"})
+            continue
+        if {"backend.executor=profiling", "dtype=bfloat16"} <= set(own):
+            cells.append({"overrides": own, "status": INVALID, "window": len(bases),
+                          "reason": "verification failed: max error 0.3 > 0.05",
+                          "rounds_ms": rounds(0.2, i)})
+            bases.append({"rounds_ms": rounds(1.0, 99)})
+            continue
+        factor = 1.0
+        for o in own:
+            factor *= FACTORS.get(o, 1.0)
+        cells.append({"overrides": own, "status": OK, "window": len(bases),
+                      "rounds_ms": rounds(1.0 / factor, i), "median_ms": 1.0 / factor,
+                      "peak_mb": 10.0 * factor, "compile_s": 0.1})
+        bases.append({"rounds_ms": rounds(1.0, 99)})
+    return replay.Recording.of({"grid": SPACE, "cells": cells,
+                                "windows": [{"base": b} for b in bases]})
+
+
+def searched(s: space.Space, folder: Path, budget: int, sampler: str = "gp", seed: int = 0,
+             sim: replay.Replay | None = None) -> tuple[study.Search, replay.Replay]:
+    sim = sim or replay.Replay(recording(s), s)
+    search = study.Search(s, folder, study.Settings(budget=budget, batch=3, sampler=sampler,
+                                                    seed=seed),
+                          measure=sim.measure, refusal=sim.refusal)
+    search.run()
+    return search, sim
+
+
+def test_a_field_of_one_backend_is_searched_only_under_it(grid):
+    backend = next(d for d in grid.dimensions if d.name == "backend")
+    assert backend.choices == ("backend=aten", "backend=jit backend.executor=profiling",
+                               "backend=jit backend.executor=simple", "backend=te")
+    threads = next(d for d in grid.dimensions if d.name == "bench.num_threads")
+    assert threads.ints == (1, 2, 1)
+    assert grid.size == 4 * 2 * 2 == len(list(grid.cells()))
+    assert grid.command_line(grid.baseline) == [
+        "model=jit", "shape=small", "device=cpu", "backend=aten", "dtype=float32",
+        "bench.num_threads=1"]
+
+
+def test_a_field_no_searched_option_has_is_refused_in_one_line():
+    with pytest.raises(RnnexpError) as err:
+        space.parse(["model=jit", "backend=aten,jit", "backend.mode=default,max-autotune"])
+    assert str(err.value).startswith("backend.mode: is a field of no backend searched here")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["model=jit", "shape=small"], "nothing to search"),
+    (["backend=aten,jit", "backend=aten"], "backend: is both fixed and searched"),
+    (["dtype=float32,bfloat16", "--baseline", "dtype=float16"],
+     "--baseline dtype=float16: not a value of the space"),
+    (["dtype=float32,bfloat16", "--baseline", "seed=3"], "--baseline seed: not searched"),
+    (["shape.seq_len=interval(2,6)"], "shape.seq_len: "),
+    (["dtype=float32,bfloat16", "--budget", "0"], "--budget 0: must be ≥ 1"),
+    (["model=jit", "backend=te,aten"], "the baseline backend=te cannot run here"),
+])
+def test_bad_input_is_one_line_before_anything_runs(args, says, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "rnnexp", "search", *args,
+                           "--folder", str(tmp_path / "s"), "--no-mlflow"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_refused_and_failed_cells_are_constraints_never_measured_again(grid, tmp_path):
+    search, sim = searched(grid, tmp_path, budget=grid.size, sampler="tpe")
+    assert search.tried == grid.size  # the whole grid, each cell once
+    assert search.measured == grid.size - 4  # the four te cells refused by their plan
+    assert len(sim.measured) == len(set(sim.measured))  # never measured twice
+    assert not [c for c in sim.measured if "backend=te" in c]  # refused before measuring
+    trials = search.first_of()
+    failed = {k: t for k, t in trials.items() if study.constraints(t)[0] > 0}
+    assert {t.user_attrs["status"] for t in failed.values()} == {UNSUPPORTED, INVALID}
+    assert all(t.user_attrs["reason"] for t in failed.values())
+    # A failed cell is never among the fast ones, however fast its samples were.
+    assert all(study.constraints(t)[0] <= 0 for t in study.ranked(search.study))
+    best = study.ranked(search.study)[0]
+    assert best.user_attrs["cell"] == ("backend=jit backend.executor=simple dtype=float32 "
+                                       "bench.num_threads=2")
+
+
+def test_a_refusal_s_advice_is_the_next_cell_proposed(grid, tmp_path):
+    search, _ = searched(grid, tmp_path, budget=1)  # the baseline alone
+    refused = {"backend": "backend=te", "model": "model=jit", "dtype": "dtype=bfloat16",
+               "bench.num_threads": 2}
+    advised = search.advised(refused, "backend=te cannot fuse on the CPU: no LLVM — use "
+                                      "backend=jit, backend=inductor or device=cuda")
+    assert advised == {**refused, "backend": "backend=jit backend.executor=profiling"}
+    assert search.advised(refused, "no advice here") is None
+
+
+def test_repeated_proposals_are_answered_from_the_first_measurement(grid, tmp_path):
+    search, sim = searched(grid, tmp_path, budget=12, sampler="tpe", seed=3)
+    repeats = [t for t in search.study.trials if "repeat_of" in t.user_attrs]
+    for t in repeats:
+        first = search.study.trials[t.user_attrs["repeat_of"]]
+        assert grid.key(t.params) == grid.key(first.params) and t.values == first.values
+    assert len(sim.measured) == len(set(sim.measured))
+
+
+def test_a_stored_study_goes_on_where_it_stopped(grid, tmp_path):
+    sim = replay.Replay(recording(grid), grid)
+    first, _ = searched(grid, tmp_path, budget=5, sim=sim)
+    assert (tmp_path / study.DB).is_file() and first.measured == 5
+    before, asked = list(sim.measured), len(first.study.trials)
+    again, _ = searched(grid, tmp_path, budget=9, sim=sim)
+    assert again.measured == 9
+    assert len(sim.measured) == len(set(sim.measured))  # nothing of the first measured again
+    assert sim.measured[:len(before)] == before
+    assert len(again.study.trials) > asked  # the same study, with more trials
+    with sqlite3.connect(tmp_path / study.DB) as db:
+        assert db.execute("select count(*) from studies").fetchone()[0] == 1
+
+
+def test_an_unfinished_window_is_asked_again_on_resume(grid, tmp_path):
+    sim = replay.Replay(recording(grid), grid)
+
+    def stops(*args):
+        raise KeyboardInterrupt
+
+    search = study.Search(grid, tmp_path, study.Settings(budget=4, batch=3),
+                          measure=stops, refusal=sim.refusal)
+    with pytest.raises(KeyboardInterrupt):
+        search.run()
+    running = search.study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert running  # asked, never told
+    again, _ = searched(grid, tmp_path, budget=4, sim=sim)
+    assert not again.study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert again.measured == 4
+
+
+def test_a_study_of_another_space_is_not_continued(grid, tmp_path):
+    searched(grid, tmp_path, budget=3)
+    other = space.parse([*SPACE[:-1], "device=cpu", "seed=1"])
+    with pytest.raises(RnnexpError, match="holds a search of another space"):
+        study.Search(other, tmp_path, study.Settings(budget=3))
+
+
+def test_the_winner_is_the_one_a_fresh_ab_confirms(grid, tmp_path):
+    """The search ranks A over B; in the fresh window B is faster: B is announced, and the
+    window held exactly the two and the baseline."""
+    search, sim = searched(grid, tmp_path, budget=grid.size, sampler="tpe")
+    a, b = study.ranked(search.study)[:2]
+    asked = []
+
+    def fresh(cells, baseline, fixed, folder):
+        asked.append((cells, baseline, folder))
+        w = sim.measure(cells, baseline, fixed, folder)
+        first, second = w.cells
+        first.difference, second.difference = second.difference, first.difference
+        return w
+
+    c = confirm.confirm(grid, [(a.number, dict(a.params)), (b.number, dict(b.params))],
+                        tmp_path, fresh)
+    assert asked == [([grid.overrides(a.params), grid.overrides(b.params)],
+                      grid.overrides(grid.baseline), tmp_path / confirm.FOLDER)]
+    assert c.winner is not None and c.winner.trial == b.number
+
+
+def test_replayed_searches_beat_random_on_the_synthetic_grid(grid, tmp_path):
+    """The decision rule, not a timing: on a grid with a clear best the GP search finds it
+    within its budget for most seeds."""
+    found = 0
+    for seed in range(5):
+        search, _ = searched(grid, tmp_path / str(seed), budget=8, seed=seed)
+        found += study.ranked(search.study)[0].user_attrs["cell"] == (
+            "backend=jit backend.executor=simple dtype=float32 bench.num_threads=2")
+    assert found >= 3
+
+
+def test_the_adapter_writes_one_trial_option_per_cell():
+    text = window.trial_option(["backend=inductor", "backend.mode=max-autotune",
+                                "bench.num_threads=2", "dtype=bfloat16"])
+    assert text.startswith("# @package _global_\ndefaults:\n  - override /backend: inductor\n")
+    assert "mode: max-autotune" in text and "num_threads: 2" in text
+    assert "dtype: bfloat16" in text
+
+
+@pytest.mark.slow
+def test_a_real_search_end_to_end(tmp_path):
+    """Two windows of a real sweep and a confirmation, recorded in MLflow and study.db."""
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rnnexp", "search", "model=jit", "shape=small", "device=cpu",
+         "backend=aten,jit,te", "backend.executor=profiling,simple", "bench.processes=1",
+         "bench.warmup=2", "bench.iters=12", "--budget", "4", "--batch", "2", "--seed", "0",
+         "--folder", str(tmp_path / "s"),
+         "--tracking-uri", store],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "fastest: " in proc.stdout and "confirmed in a fresh window" in proc.stdout
+    summary = json.loads((tmp_path / "s" / "search.json").read_text())
+    assert summary["announced"]["confirmed"] is True and summary["tried"] == 4
+    assert (tmp_path / "s" / study.DB).is_file()
+    assert (tmp_path / "s" / confirm.FOLDER / "sweep").is_dir()
+    import mlflow
+
+    client = mlflow.MlflowClient(store)
+    exp = client.get_experiment_by_name("rnnexp")
+    parent = client.search_runs([exp.experiment_id], "tags.`rnnexp.kind` = 'search'")[0]
+    children = client.search_runs([exp.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    roles = sorted(r.data.tags.get("search.role") for r in children)
+    assert roles.count("trial") == 4 and "confirm winner" in roles
+    refused = [r for r in children if "search.constraint" in r.data.tags]
+    assert refused and "backend=te" in refused[0].data.tags["search.cell"]
+
+
+def test_compile_cost_is_a_third_objective_on_request(grid, tmp_path):
+    sim = replay.Replay(recording(grid), grid)
+    search = study.Search(grid, tmp_path, study.Settings(objectives=("time", "memory",
+                                                                     "compile"), budget=4),
+                          measure=sim.measure, refusal=sim.refusal)
+    search.run()
+    assert [d.name for d in search.study.directions] == ["MAXIMIZE", "MINIMIZE", "MINIMIZE"]
+    ok = study.feasible(search.study)
+    assert ok and all(len(t.values) == 3 and t.user_attrs["compile_s"] == 0.1 for t in ok)
