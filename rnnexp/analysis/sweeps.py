@@ -25,7 +25,7 @@ from rnnexp.results.result import (
     format_ms,
     format_quartiles,
 )
-from rnnexp.results.sinks.mlflow import runs
+from rnnexp.results.sinks.mlflow import runs, store
 
 # Phases compared: table prefix → Result phase.
 PHASES = (("fwd", "forward"), ("bwd", "backward"))
@@ -194,7 +194,10 @@ def say_skipped(empty: list) -> None:
 def read_runs(client, found) -> list[Run]:
     """MLflow job runs as Runs, each read from the results.json it logged."""
     out = []
-    with tempfile.TemporaryDirectory(prefix="rnnexp-compare-") as tmp:
+    # One results file a run: MLflow's download progress bars (tqdm, where it is installed)
+    # would only clutter the error stream.
+    quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    with tempfile.TemporaryDirectory(prefix="rnnexp-compare-") as tmp, store.http_limits(quiet):
         for run in found:
             try:
                 path = client.download_artifacts(run.info.run_id, RESULTS_FILE,
