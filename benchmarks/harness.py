@@ -1,8 +1,8 @@
 """`make bench`: the harness's own speed and honesty, as ratios measured side by side in one
 run (absolute times on a shared machine are noise; the inputs are printed with each ratio).
 
-    python benchmarks/harness.py [overhead] [fastrnns] [fidelity] [aa] [compare] [report]
-        [startup] [search]
+    python benchmarks/harness.py [overhead] [fastrnns] [fidelity] [aa] [compare] [spread]
+        [report] [startup] [search]
     (default: all)
 
 - overhead: per-job overhead inside a sweep with MLflow on — the sweep's wall time minus the
@@ -11,14 +11,15 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   Swept over seeds (values) and over models (a config group), which differ in how often
   the config is composed. `--baseline PATH` adds the same sweeps run from another
   checkout, interleaved.
-- fastrnns: wall time of fastrnns' RNN set (seq 20, input 128, hidden 128, batch 16:
-  lstm and py under backend=aten, the five jit* loops under backend=jit executor=simple) with
-  bench=default (10 + 100) against bench=adaptive, MLflow on (each variant its own store,
-  made before timing, as a user's store exists), each job's time to its result (measuring:
-  builds, verification, warm-ups and timed samples, without the sweep's start-up around
-  it), and the precision each claims.
-  `--baseline PATH` adds the same fixed sweeps run from another checkout (e.g. the previous
-  version), interleaved.
+- fastrnns: wall time of fastrnns' 7-runner RNN set on the CPU (seq 20, input 128, hidden
+  128, batch 16, 10 warm-up + 100 timed iterations: aten, py and the five jit* loops, which
+  upstream scripts under the profiling executor with no CPU fusion — rnnexp's backend=aten
+  does the same, so the set is one sweep) with bench=default against bench=adaptive, MLflow
+  on (each variant its own store, made before timing, as a user's store exists): wall time,
+  timed work, overhead per job ((wall − timed work) ÷ jobs), each job's time to its result,
+  and the precision each claims. `--upstream PATH` runs upstream's own `fastrnns.bench`
+  (PATH holds its `fastrnns` package) beside them, round by round; `--baseline PATH` adds
+  the fixed sweep run from another checkout.
 - fidelity: rnnexp's timer against torch.utils.benchmark.Timer.blocked_autorange on the same
   callables (an nn.LSTM forward and the microsecond eltwise tail), interleaved.
 - aa: A/A coverage of the between-process interval: a configuration measured with
@@ -27,15 +28,22 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   interval the same process medians give without the drift between earlier runs
   (rnnexp.run.drift; every run here adds to that history).
 - compare: whether rnnexp.analysis.compare tells identical work from a real difference on this
-  machine, over `--trials` repetitions of: (a) A/A interleaved — one sweep of two seeds of
-  the same configuration (identical work), compared paired by round with
-  `--baseline seed=0`; (b) A/A apart — two one-job sweeps of it run one after the other,
-  compared run against run with `--against`; (c) power — one interleaved sweep of
-  shape.seq_len=20,22 (10% more work, exactly, by the work counts), `--baseline
-  shape.seq_len=20`. It counts cells flagged and gate alarms (`--fail-on-regression 5`) for
-  the A/As (α promises ≤ 5%), and for the planted slowdown how often it is found and how
-  often the interval covers the work counts' ratio, with each sweep's wall time. The drift
-  history starts empty (a cache of its own): early trials apart can only say "cannot tell".
+  machine, with default settings (`--processes K` sets bench.processes instead), over
+  `--trials` repetitions of: (a) A/A interleaved — one sweep of two seeds of the same
+  configuration (identical work), compared with `--baseline seed=0`; (b) A/A apart — two
+  one-job sweeps of it run one after the other, compared run against run with `--against`;
+  (c) power — one interleaved sweep of shape.seq_len=20,21 (5% more work, exactly, by the
+  work counts), `--baseline shape.seq_len=20`. It counts cells flagged and gate alarms
+  (`--fail-on-regression 5`) for the A/As (α promises ≤ 5%), and for the planted slowdown how
+  often it is found and how often the interval covers the work counts' ratio, with each
+  sweep's wall time, the spread between processes of the paired differences, and the
+  load. The drift history starts empty (a cache of its own): early trials apart can only
+  say "cannot tell".
+- spread: the IQR/median of a launch-bound TorchScript loop's samples (jit_premul at the
+  fastrnns shape) measured alone and in a window of the five jit* loops, in this checkout
+  and, with `--baseline PATH`, in another one (before a change), with OpenMP's passive wait
+  policy (OMP_WAIT_POLICY=PASSIVE), one intra-op thread, and pinned to one core (taskset),
+  interleaved over `--rounds` rounds.
 - report: the HTML report of `--cells` cells — its cost at a sweep's end beside the
   summary's, its size, and how fast it opens in headless Chromium (benchmarks/report_bench.py).
 - startup: the help page, a command line's error and `compare`'s argument error against the
@@ -74,16 +82,18 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 ROOT = Path(__file__).resolve().parent.parent
 SHAPE = ["shape.seq_len=20", "shape.input_size=128", "shape.hidden_size=128",
          "shape.batch_size=16"]
-# fastrnns' RNN set on a CPU: its cudnn/aten runners are model=lstm under backend=aten; py is
-# eager Python (never scripted), the jit* loops are TorchScripted.
-FASTRNNS_SET = [
-    ["model=lstm,py", "backend=aten", *SHAPE],
-    ["model=jit,jit_premul,jit_premul_bias,jit_simple,jit_multilayer", "backend=jit",
-     "backend.executor=simple", *SHAPE],
-]
+# fastrnns' RNN set on a CPU: its aten runner is model=lstm under backend=aten; py is eager
+# Python (never scripted), the jit* loops are TorchScripted — upstream under the profiling
+# executor with no fusion on the CPU, as backend=aten scripts them: one sweep, one block.
+LOOPS = ["jit", "jit_premul", "jit_premul_bias", "jit_simple", "jit_multilayer"]
+FASTRNNS_SET = [[f"model={','.join(['lstm', 'py', *LOOPS])}", "backend=aten", *SHAPE]]
+UPSTREAM_RUNNERS = ["aten", "py", *LOOPS]
+UPSTREAM_ARGS = ["--device", "cpu", "--group", "rnns", "--seqLength", "20", "--inputSize", "128",
+                 "--hiddenSize", "128", "--miniBatch", "16", "--nloops", "100", "--warmup", "10"]
 
 
-PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "report", "startup", "search")
+PARTS = ("overhead", "fastrnns", "fidelity", "aa", "compare", "spread", "report", "startup",
+         "search")
 
 
 def load() -> str:
@@ -94,14 +104,16 @@ def load() -> str:
 # --- sweeps through the real CLI ----------------------------------------------------------
 
 def sweep(overrides: Sequence[str], folder: Path, root: Path = ROOT,
-          store: Optional[Path] = None) -> tuple[float, list[Result]]:
+          store: Optional[Path] = None, env: Optional[dict] = None,
+          prefix: Sequence[str] = ()) -> tuple[float, list[Result]]:
     """Run `python -m rnnexp -m ...` from checkout `root` with MLflow on (the SQLite store
-    `store`, by default a new one in `folder`); (wall seconds, results)."""
+    `store`, by default a new one in `folder`), with `env` added to the environment and the
+    command behind `prefix` (e.g. taskset); (wall seconds, results)."""
     folder.mkdir(parents=True, exist_ok=True)
     store = (store or folder / "mlflow.db").resolve()
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONWARNINGS": "ignore",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{store}"}
-    cmd = [sys.executable, "-m", "rnnexp", "-m", *overrides,
+           "MLFLOW_TRACKING_URI": f"sqlite:///{store}", **(env or {})}
+    cmd = [*prefix, sys.executable, "-m", "rnnexp", "-m", *overrides,
            f"hydra.sweep.dir={folder.resolve()}/sweep"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
@@ -215,15 +227,33 @@ def new_store(path: Path) -> Path:
     return path
 
 
-def fastrnns(rounds: int, tmp: Path, baseline: Path | None) -> None:
+def upstream_run(path: Path) -> float:
+    """Upstream's `python -m fastrnns.bench` of the same set; its wall seconds."""
+    cmd = [sys.executable, "-m", "fastrnns.bench", *UPSTREAM_ARGS, "--rnns", *UPSTREAM_RUNNERS]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"error: upstream fastrnns failed in {path}: "
+                         f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return wall
+
+
+def fastrnns(rounds: int, tmp: Path, baseline: Optional[Path], upstream: Optional[Path]
+             ) -> None:
     variants = [("fixed (bench=default)", ROOT, ["bench=default"]),
                 ("adaptive (bench=adaptive)", ROOT, ["bench=adaptive"])]
     if baseline is not None:
         variants.insert(0, (f"fixed, {baseline}", baseline, ["bench=default"]))
     walls = {name: [] for name, _, _ in variants}
     results = {name: [] for name, _, _ in variants}
+    loads: list[str] = []
+    up: list[float] = []
     stores = [new_store(tmp / f"store{i}" / "mlflow.db") for i in range(len(variants))]
     for r in range(rounds):  # alternate, so drift hits every variant alike
+        if upstream is not None:
+            up.append(upstream_run(upstream))
         for i, (name, root, extra) in enumerate(variants):
             wall = 0.0
             for j, overrides in enumerate(FASTRNNS_SET):
@@ -232,31 +262,34 @@ def fastrnns(rounds: int, tmp: Path, baseline: Path | None) -> None:
                 wall += w
                 results[name].extend(res)
             walls[name].append(wall)
+        loads.append(load())
     fixed = "fixed (bench=default)"
-    ref = float(np.median(walls[fixed]))
-    table = Table(title=f"fastrnns set ({len(results[fixed]) // rounds} jobs, MLflow on; "
-                        f"{rounds} round(s), interleaved; {load()})")
-    for col in ("variant", "wall time", "÷ fixed", "measuring per job", "÷ fixed", "timed work",
-                "claimed ± (median job)", "interval kind", "stopped"):
+    ref = float(np.median(up)) if up else float(np.median(walls[fixed]))
+    jobs = len(results[fixed]) // rounds
+    table = Table(title=f"fastrnns set ({jobs} jobs, MLflow on; {rounds} round(s), "
+                        f"interleaved; loads {', '.join(loads)})")
+    for col in ("variant", "wall time", "÷ " + ("upstream" if up else "fixed"), "timed work",
+                "overhead per job", "measuring per job", "claimed ± (median job)",
+                "interval kind", "processes", "stopped"):
         table.add_column(col, justify="right")
-    measuring = {}
-    for name, res in results.items():
-        seconds = np.array([measuring_s(r) for r in res])
-        measuring[name] = float(np.nanmedian(seconds)) if np.isfinite(seconds).any() \
-            else float("nan")
+    if up:
+        table.add_row(f"upstream fastrnns.bench ({upstream})", f"{ref:.1f} s", "1.00×",
+                      "—", "—", "—", "—", "—", "1", "—")
     for name, _, _ in variants:
         res = results[name]
         wall = float(np.median(walls[name]))
+        timed = sum(timed_s(r) for r in res) / rounds
+        seconds = np.array([measuring_s(r) for r in res])
         between = any(r.phase("total").between_low_ms is not None for r in res)
         stops = sorted({(r.timing.stopped if r.timing else "") or "iters" for r in res})
-        known = np.isfinite(measuring[name])
-        table.add_row(name, f"{wall:.1f} s", f"{wall / ref:.2f}×",
-                      f"{measuring[name]:.2f} s" if known else "—",
-                      f"{measuring[name] / measuring[fixed]:.2f}×" if known else "—",
-                      f"{sum(timed_s(r) for r in res) / rounds:.1f} s",
+        procs = sorted({r.timing.processes if r.timing else 1 for r in res})
+        table.add_row(name, f"{wall:.1f} s", f"{wall / ref:.2f}×", f"{timed:.1f} s",
+                      f"{(wall - timed) / jobs:.2f} s",
+                      f"{float(np.nanmedian(seconds)):.2f} s" if np.isfinite(seconds).any()
+                      else "—",
                       f"±{100 * float(np.nanmedian([claimed(r) for r in res])):.1f}%",
                       "new run, between processes" if between else "median, one process",
-                      ",".join(stops))
+                      ",".join(map(str, procs)), ",".join(stops))
     console.print(table)
 
 
@@ -364,14 +397,13 @@ def share(n: int, of: int) -> str:
 
 
 GATE_PCT = 5.0
-COMPARED = ["model=jit", "backend=aten", "device=cpu", *SHAPE, "bench.processes=3",
-            "bench.iters=200", "sinks=[json]"]
+COMPARED = ["model=jit", "backend=aten", "device=cpu", *SHAPE, "sinks=[json]"]
 
 
 def judged(candidate: Path, baseline: Optional[Path] = None, key: str = "", value: str = ""
            ) -> tuple[dict, list[str]]:
     """compare's cells and gate alarms for a sweep folder, against another sweep or a
-    baseline value of `key`, as `python -m rnnexp.analysis.compare` makes them."""
+    baseline value of `key`, as `python -m rnnexp compare` makes them."""
     from rnnexp.analysis import compare, significance, sweeps
 
     runs = sweeps.from_folder(candidate).runs
@@ -381,41 +413,74 @@ def judged(candidate: Path, baseline: Optional[Path] = None, key: str = "", valu
     return cells, compare.regressions(runs, cells, GATE_PCT)
 
 
-def comparisons(trials: int, tmp: Path) -> None:
-    """A/A interleaved, A/A apart and a planted 10% slowdown, `trials` times each."""
+def process_spread(folder: Path, key: str, value: str) -> list[float]:
+    """σ of the per-process paired differences (log) of each cell of an interleaved sweep
+    whose sides shared their processes: the spread between processes the process-level
+    interval stands on."""
+    from rnnexp.analysis import compare, significance, sweeps
+
+    runs = sweeps.from_folder(folder).runs
+    out = []
+    for run, base in zip(runs, compare.baselines_within(runs, key, value), strict=True):
+        if base is None or base is run:
+            continue
+        for phase in ("fwd", "bwd"):
+            a, b = base.side(phase), run.side(phase)
+            if not significance.shared(a, b) or len(a.workers) < 2:
+                continue
+            width = max(len(r) for r in (*a.rounds_ms, *b.rounds_ms))
+            la, lb, _ = significance.process_levels(
+                significance.log_matrix(a.rounds_ms, width),
+                significance.log_matrix(b.rounds_ms, width),
+                list(zip(np.argsort(a.workers), np.argsort(b.workers), strict=True)))
+            out.append(float(np.std(la - lb, ddof=1)))
+    return out
+
+
+def comparisons(trials: int, tmp: Path, processes: Optional[int] = None) -> None:
+    """A/A interleaved, A/A apart and a planted 5% slowdown, `trials` times each."""
+    compared = [*COMPARED, *([f"bench.processes={processes}"] if processes else [])]
     tally = {name: {"cells": 0, "flagged": 0, "alarms": 0, "runs": 0, "walls": [],
-                    "found": 0, "covered": 0, "undecided": 0, "widths": []}
-             for name in ("A/A interleaved", "A/A apart", "+10% work, interleaved")}
+                    "found": 0, "covered": 0, "undecided": 0, "widths": [], "spread": [],
+                    "busy": 0}
+             for name in ("A/A interleaved", "A/A apart", "+5% work, interleaved")}
+    loads = []
     with own_cache(tmp / "cache"):  # a drift history of its own
         for t in range(trials):
             folder = tmp / f"compare-{t}"
-            wall, _ = sweep([*COMPARED, "seed=0,1"], folder / "aa")
+            wall, _ = sweep([*compared, "seed=0,1"], folder / "aa")
             record(tally["A/A interleaved"], wall, *judged(folder / "aa" / "sweep",
                                                            key="seed", value="0"))
-            walls = [sweep([*COMPARED, "seed=0"], folder / name)[0] for name in ("a", "b")]
+            tally["A/A interleaved"]["spread"] += process_spread(folder / "aa" / "sweep",
+                                                                 "seed", "0")
+            walls = [sweep([*compared, "seed=0"], folder / name)[0] for name in ("a", "b")]
             record(tally["A/A apart"], sum(walls),
                    *judged(folder / "b" / "sweep", baseline=folder / "a" / "sweep"))
-            wall, results = sweep([*COMPARED, "shape.seq_len=20,22"], folder / "power")
+            wall, results = sweep([*compared, "shape.seq_len=20,21"], folder / "power")
             cells, alarms = judged(folder / "power" / "sweep", key="shape.seq_len", value="20")
             works = {r.config["shape"]["seq_len"]: r.work.flops_fwd for r in results if r.work}
-            true = works[20] / works[22]  # the speedup the extra work makes: 1/1.1
-            power = tally["+10% work, interleaved"]
+            true = works[20] / works[21]  # the speedup the extra work makes: 1/1.05
+            power = tally["+5% work, interleaved"]
             record(power, wall, cells, alarms)
-            power["found"] += sum(d.verdict == "slower" for d in cells.values())
+            power["spread"] += process_spread(folder / "power" / "sweep", "shape.seq_len", "20")
+            power["found"] += any(d.verdict == "slower" for d in cells.values())
             power["covered"] += sum(d.low <= true <= d.high for d in cells.values())
-            console.print(f"trial {t + 1}/{trials} done ({load()})", highlight=False)
-    table = Table(title=f"compare on this machine: {' '.join(COMPARED)}, gate "
-                        f"--fail-on-regression {GATE_PCT:g} ({load()})")
-    for col in ("check", "cells flagged", "cannot tell", "gate alarms", "found (slower)",
-                "interval covers 1/1.1", "interval ± (median)", "wall per answer (median)"):
+            loads.append(load())
+            console.print(f"trial {t + 1}/{trials} done ({loads[-1]})", highlight=False)
+    table = Table(title=f"compare on this machine: {' '.join(compared)}, gate "
+                        f"--fail-on-regression {GATE_PCT:g} (loads {'; '.join(loads)})")
+    for col in ("check", "cells flagged", "cannot tell", "busy cells", "gate alarms",
+                "runs found (slower)", "interval covers 1/1.05", "interval ± (median)",
+                "σ between processes (median)", "wall per answer (median)"):
         table.add_column(col, justify="right")
     for name, t in tally.items():
         power = name.startswith("+")
         table.add_row(name, share(t["flagged"], t["cells"]), share(t["undecided"], t["cells"]),
-                      share(t["alarms"], t["runs"]),
-                      share(t["found"], t["cells"]) if power else "—",
+                      share(t["busy"], t["cells"]), share(t["alarms"], t["runs"]),
+                      share(t["found"], t["runs"]) if power else "—",
                       share(t["covered"], t["cells"]) if power else "—",
                       f"±{100 * float(np.median(t['widths'])):.1f}%" if t["widths"] else "—",
+                      f"{100 * float(np.median(t['spread'])):.2f}%" if t["spread"] else "—",
                       f"{float(np.median(t['walls'])):.1f} s" if t["walls"] else "—")
     console.print(table)
 
@@ -425,27 +490,75 @@ def record(t: dict, wall: float, cells: dict, alarms: list[str]) -> None:
     t["cells"] += len(cells)
     t["flagged"] += sum(d.real for d in cells.values())
     t["undecided"] += sum(d.verdict == "?" for d in cells.values())
+    t["busy"] += sum("busy machine" in d.why_not for d in cells.values())
     t["widths"] += [d.half_width for d in cells.values() if np.isfinite(d.half_width)]
     t["runs"] += 1
     t["alarms"] += bool(alarms)
 
 
+SPREAD_SHAPE = [*SHAPE, "sinks=[json]"]
+
+
+def spread_of(results: list[Result], model: str = "jit_premul") -> float:
+    """IQR/median of the model's fwd+bwd samples."""
+    (r,) = [r for r in results if r.choices.get("model") == model]
+    total = r.phase("total")
+    return total.iqr_ms / total.median_ms
+
+
+def spread(rounds: int, tmp: Path, baseline: Optional[Path]) -> None:
+    """The loop's spread alone and in a window, before and after, and what changes it."""
+    alone = ["model=jit_premul", "backend=jit", *SPREAD_SHAPE]
+    window = [f"model={','.join(LOOPS)}", "backend=jit", *SPREAD_SHAPE]
+    one_core = ["taskset", "-c", "0"]
+    variants = [("alone", ROOT, alone, {}, ()),
+                ("in a window of 5", ROOT, window, {}, ()),
+                ("in a window, OMP_WAIT_POLICY=PASSIVE", ROOT, window,
+                 {"OMP_WAIT_POLICY": "PASSIVE"}, ()),
+                ("in a window, 1 thread", ROOT, [*window, "bench.num_threads=1"], {}, ()),
+                ("in a window, 1 thread pinned to core 0", ROOT,
+                 [*window, "bench.num_threads=1"], {}, one_core)]
+    if baseline is not None:
+        variants += [(f"alone, {baseline}", baseline, alone, {}, ()),
+                     (f"in a window, {baseline}", baseline, window, {}, ()),
+                     (f"in a window, {baseline}, OMP_WAIT_POLICY=PASSIVE", baseline, window,
+                      {"OMP_WAIT_POLICY": "PASSIVE"}, ())]
+    found: dict[str, list[float]] = {name: [] for name, *_ in variants}
+    loads = []
+    for r in range(rounds):
+        for i, (name, root, overrides, env, prefix) in enumerate(variants):
+            _, results = sweep(overrides, tmp / f"spread{r}_{i}", root, env=env, prefix=prefix)
+            found[name].append(spread_of(results))
+        loads.append(load())
+    table = Table(title=f"spread of jit_premul (fastrnns shape, backend=jit): IQR / median of "
+                        f"its fwd+bwd samples, {rounds} round(s) (loads {'; '.join(loads)})")
+    for col in ("variant", "IQR / median (median)", "rounds"):
+        table.add_column(col, justify="right")
+    for name, values in found.items():
+        table.add_row(name, f"{100 * float(np.median(values)):.1f}%",
+                      ", ".join(f"{100 * v:.0f}%" for v in values))
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="*", default=[],
-                        help="any of: overhead fastrnns fidelity aa compare report startup "
-                             "search "
-                             "(default: all)")
+                        help=f"any of: {' '.join(PARTS)} (default: all)")
     parser.add_argument("--jobs", type=int, nargs=2, default=[2, 8], metavar=("N1", "N2"),
                         help="overhead: the two sweep sizes (default 2 8)")
     parser.add_argument("--rounds", type=int, default=1,
-                        help="overhead, fastrnns: rounds (medians are reported)")
+                        help="overhead, fastrnns, spread: rounds (medians are reported)")
     parser.add_argument("--baseline", type=Path, default=None,
-                        help="overhead, fastrnns: also run the sweeps (fastrnns: the fixed "
-                             "ones) from this checkout, interleaved")
+                        help="overhead, fastrnns, spread: also run the sweeps (fastrnns: the "
+                             "fixed one) from this checkout, interleaved")
+    parser.add_argument("--upstream", type=Path, default=None,
+                        help="fastrnns: the folder holding upstream's fastrnns package, run "
+                             "beside rnnexp (python -m fastrnns.bench)")
     parser.add_argument("--trials", type=int, default=4,
                         help="aa: first runs; compare: repetitions of each check")
     parser.add_argument("--reruns", type=int, default=5, help="aa: reruns per first run")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="compare: bench.processes (default: the configuration's)")
     parser.add_argument("--cells", type=int, default=1000, help="report: cells (default 1000)")
     parser.add_argument("--seeds", type=int, default=20, help="search: replayed searches "
                         "per sampler (default 20)")
@@ -456,13 +569,18 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         parser.error(f"unknown part {', '.join(unknown)} — choose from {', '.join(PARTS)}")
+    if args.upstream is not None and not (args.upstream / "fastrnns" / "bench.py").is_file():
+        parser.error(f"--upstream {args.upstream}: no fastrnns/bench.py there — the folder "
+                     "that holds upstream's fastrnns package")
     console.print(f"rnnexp bench · torch {torch.__version__} · {os.cpu_count()} CPUs · "
                   f"{time.strftime('%Y-%m-%d %H:%M %Z')} · {load()}", highlight=False)
     with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
         if "overhead" in parts:
             overhead(*args.jobs, Path(tmp), args.rounds, args.baseline)
         if "fastrnns" in parts:
-            fastrnns(args.rounds, Path(tmp), args.baseline)
+            fastrnns(args.rounds, Path(tmp), args.baseline, args.upstream)
+        if "spread" in parts:
+            spread(args.rounds, Path(tmp), args.baseline)
     if "fidelity" in parts:
         fidelity(rounds=5)
     if "aa" in parts:
@@ -470,7 +588,7 @@ def main(argv: list[str] | None = None) -> None:
                                       "device=cpu", *SHAPE])
     if "compare" in parts:
         with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
-            comparisons(args.trials, Path(tmp))
+            comparisons(args.trials, Path(tmp), args.processes)
     if "report" in parts:
         from report_bench import report
 

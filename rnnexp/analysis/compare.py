@@ -10,10 +10,14 @@ compares every run with the run of the other sweep that measured the same config
 KEY is any config field or group (`model`, `seed`, `shape.seq_len`, `bench.python`).
 
 Every cell gets the speedup (baseline ÷ candidate) with its 95% interval, judged at the unit
-of replication (rnnexp.analysis.significance): paired by round for jobs measured in the same
-interleaved window, run against run — between-process spread plus the drift between runs —
-otherwise; Holm-corrected across all cells. A cell is a speedup, "~" (the interval lies
-within ±`--min-effect`) or "cannot tell ±X%" (the interval is that wide here).
+of replication, the process (rnnexp.analysis.significance): paired by round for jobs measured
+in the same interleaved window (and by process where they shared worker processes), run
+against run — between-process spread plus the drift between runs — otherwise;
+Holm-corrected across all cells. A cell is a speedup, "~" (the interval lies within
+±`--min-effect`) or "cannot tell ±X%" (the interval is that wide here); a run timed on a
+busy machine, or one process a side with no spread between processes known, cannot tell.
+Beside each speedup the table shows the two levels it is the ratio of, and how many
+processes each side had.
 `--fail-on-regression PCT` exits with code 3 when any cell is significantly slower than its
 baseline by PCT% or more, for CI gates.
 A second table shows each run's peak memory per phase and start-up (time to first result,
@@ -174,10 +178,6 @@ class Stores:
         return self._conn[0] if self._conn else None
 
 
-def median(run: Run, phase: str) -> Optional[float]:
-    return getattr(run.row, f"{phase}_median_ms")
-
-
 def _linked(key: str, name: str) -> bool:
     """`name` is `key` or one of its sub-fields (model.hidden_size for model)."""
     return name == key or name.startswith(key + ".")
@@ -287,19 +287,26 @@ def difference(base: Run, run: Run, phase: str,
                between_nodes: Optional[nodes.Spread] = None) -> Optional[Difference]:
     """Paired by round when both were measured in the same interleaved window, else run
     against run — with the node as a random effect (`between_nodes`: its spread) when the two
-    were measured on different cluster nodes; None when a side has no timing for the phase."""
+    were measured on different cluster nodes; None when a side has no timing for the phase.
+    A side timed on a busy machine says nothing of the difference."""
     from rnnexp.analysis import nodes, significance
+    from rnnexp.machine.environment import BUSY
 
     b, c = base.stats(phase), run.stats(phase)
     if not (b.timed and c.timed):
         return None
     if base.window is not None and base.window == run.window and b.rounds_ms and c.rounds_ms:
-        return significance.paired(b.rounds_ms, c.rounds_ms)
-    if nodes.crossed(base, run):
-        return nodes.across(base, run, phase, between_nodes)
-    base_level, run_level = base.level(phase), run.level(phase)
-    assert base_level is not None and run_level is not None
-    return significance.between_runs(base_level, run_level)
+        d = significance.paired(base.side(phase), run.side(phase))
+    elif nodes.crossed(base, run):
+        d = nodes.across(base, run, phase, between_nodes)
+    else:
+        base_level, run_level = base.level(phase), run.level(phase)
+        assert base_level is not None and run_level is not None
+        d = significance.between_runs(base_level, run_level)
+    busy = next((r for r in (base, run) if BUSY in r.flags), None)
+    if busy is not None:
+        return significance.cannot_tell(d, f"{busy.row.label} was timed on a busy machine")
+    return d
 
 
 def judge(runs: list[Run], bases: list[Optional[Run]], min_effect: float,
@@ -336,8 +343,12 @@ LINKED = {"deepbench": ("shape",)}
 
 
 def varying(runs: list[Run]) -> list[str]:
-    """The config fields that tell the runs apart (groups first), at least one."""
-    keys = sorted({k for r in runs for k in r.config},
+    """The config fields that tell the runs apart (groups first), at least one. When and
+    from which commit each was measured are not among them (sweeps.told_apart adds them
+    where nothing else does)."""
+    from rnnexp.analysis.sweeps import COMMIT, WHEN
+
+    keys = sorted({k for r in runs for k in r.config} - {WHEN, COMMIT},
                   key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))
     vary = [k for k in keys if len({r.config.get(k) for r in runs}) > 1]
     # A group's own sub-fields vary with it: the group names the row already.
@@ -349,22 +360,33 @@ def varying(runs: list[Run]) -> list[str]:
 
 
 def caption(compared: bool) -> str:
-    text = "median ± IQR/2 in ms"
-    if compared:
-        text += ("; speedup = baseline ÷ candidate (>1: faster) with its 95% interval, "
-                 "paired by round for jobs measured interleaved, run against run (between-"
-                 "process spread + drift between runs) otherwise, + the spread between nodes "
-                 "for runs of different cluster nodes; Holm-corrected; ~ = the "
-                 "interval lies within ±min-effect; cannot tell ±X% = the interval is that "
-                 "wide here; ! = a run of this cell was flagged (busy, oversubscribed, high "
-                 "spread)")
-    return text
+    if not compared:
+        return "median ± IQR/2 in ms"
+    return ("baseline and ms: the two levels a speedup compares, in ms — paired by round "
+            "(rounds' level removed by median polish, then the mean of the processes' "
+            "levels) for jobs measured interleaved, the geometric mean of the process "
+            "medians otherwise — and median ± IQR/2 of the samples where nothing is "
+            "compared; speedup = baseline ÷ candidate of those levels (>1: faster) with its "
+            "95% interval over the processes (t; and the drift between runs for runs "
+            "measured apart, + the spread between nodes for runs of different cluster "
+            "nodes); Holm-corrected; ~ = the interval lies within ±min-effect; "
+            "cannot tell ±X% = the interval is that wide here; cannot tell = nothing can be "
+            "said (a busy machine, one process a side: see the line below); processes: the "
+            "baseline's/the candidate's, shared = the same worker processes, paired by "
+            "process; ! = a run of this cell was flagged (oversubscribed, high spread, "
+            "drifting)")
+
+
+def processes_cell(cells: Cells, i: int) -> str:
+    from rnnexp.analysis.sweeps import PHASES
+
+    d = next((cells[(i, p)] for p, _ in PHASES if (i, p) in cells), None)
+    return "—" if d is None else d.processes_text
 
 
 def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, title: str,
           keys: Sequence[str]) -> Table:
     from rnnexp.analysis.sweeps import PHASES
-    from rnnexp.results.result import format_ms
 
     t = Table(title=title, caption=caption(bases is not None))
     for k in keys:
@@ -375,20 +397,23 @@ def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, t
         t.add_column(f"{p} ms", justify="right")
         if bases is not None:
             t.add_column(f"{p} speedup", justify="right")
+    if bases is not None:
+        t.add_column("processes", justify="right")
     t.add_column("status")
     for i, r in enumerate(runs):
         base = bases[i] if bases is not None else None
         row = [r.config.get(k, "?") for k in keys]
         for p, _ in PHASES:
+            d = cells.get((i, p))
             if bases is not None:
-                row.append("(this run)" if base is r else
-                           format_ms(median(base, p), getattr(base.row, f"{p}_iqr_ms"))
+                row.append("(this run)" if base is r else base.shown_ms(p, d and d.baseline_ms)
                            if base else "no match")
-            row.append(format_ms(median(r, p), getattr(r.row, f"{p}_iqr_ms")))
+            row.append(r.shown_ms(p, d and d.candidate_ms))
             if bases is not None:
-                d = cells.get((i, p))
                 mark = " !" if d and (flagged(r) or flagged(base)) else ""
                 row.append("base" if base is r else d.cell() + mark if d else "—")
+        if bases is not None:
+            row.append(processes_cell(cells, i))
         t.add_row(*row, status_cell(r))
     return t
 
@@ -499,8 +524,9 @@ def verdict(c: Comparison, fail_on_regression: Optional[float]) -> int:
     doubtful = doubtful_cells(c.runs, c.bases, c.cells)
     if doubtful:
         print_warning(f"{doubtful} of {len(c.cells)} cells (marked !) compare runs timed on a "
-                      "machine flagged busy, oversubscribed or with high spread: their "
-                      "differences may come from the machine — rerun with bench.quiet=wait")
+                      "machine flagged busy, oversubscribed, with high spread or drifting: "
+                      "their differences may come from the machine (a busy one's cannot "
+                      "tell) — rerun with bench.quiet=wait")
     if fail_on_regression is None:
         return 0
     found = regressions(c.runs, c.cells, fail_on_regression)

@@ -95,7 +95,9 @@ def across(base: Run, run: Run, phase: str, between: Optional[Spread]
             speedup=math.exp(b.log_center - c.log_center), low=math.nan, high=math.nan, p=1.0,
             method=ACROSS, why_not=f"measured on different nodes ({where}), and no "
                                    "configuration compared was measured on two nodes to give "
-                                   "the spread between nodes")
+                                   "the spread between nodes",
+            baseline_ms=math.exp(b.log_center), candidate_ms=math.exp(c.log_center),
+            processes=(len(b.process_medians_ms), len(c.process_medians_ms)))
     sides = [NodeLevel(process_medians_ms=level.process_medians_ms, drift=level.drift,
                        drift_runs=level.drift_runs, node_variance=between.variance,
                        node_df=between.df) for level in (b, c)]

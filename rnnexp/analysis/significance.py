@@ -2,22 +2,34 @@
 
 Iterations of one run are not independent draws: they share that minute's machine, and on a
 shared machine the level moves by 10–80% between runs. A test over pooled iterations of two
-runs calls every such level shift "significant" (pseudo-replication). So:
+runs calls every such level shift "significant" (pseudo-replication). Nor is one process a
+replicate of its configuration: a process carries persistent offsets (placement, allocator
+state, what the profiling executor specialised) that no number of its samples averages out.
+So the process is the replicate:
 
 - Configurations measured **interleaved** (the same rounds, rnnexp.run.interleave) saw the same
-  machine round by round: they compare **paired by round**. The speedup is the median over
-  rounds of the ratio of their round medians (each side's processes averaged on the log
-  scale); its 95% interval and p-value come from a hierarchical bootstrap that resamples
-  rounds (paired: both sides keep the same rounds) and each side's processes (Kalibera &
-  Jones 2013), so the spread between processes is in it too.
+  machine round by round: they compare **paired by round**, with the process as a random
+  effect. Each round's level is removed from every process's round medians by a two-way
+  median polish (rounds × processes of both sides, Tukey 1977: a burst that hits one visit
+  moves one cell, not the fit), which leaves each process one level. The speedup is the ratio
+  of the sides' mean process levels; its interval and p-value come from Student's t over the
+  processes (the two-stage estimate of a mixed model with a random process effect): over the
+  per-process differences when both sides ran in the same worker processes (a block,
+  rnnexp.run.blocks: what a process does to both cancels), else Welch's over each side's
+  process levels. With one process on a side the spread between processes is unknown: the
+  verdict is "cannot tell" unless that spread is known from elsewhere — the configuration's
+  drift between its runs on this machine (rnnexp.run.drift), which holds it and more.
 - Runs measured **at different times** (two sweeps, or two jobs that were not interleaved)
   compare **run against run**: each run's level is the geometric mean of its process
   medians, uncertain by its processes' spread (s²/k) and by the configuration's drift between
   runs on this machine (rnnexp.run.drift, d²). Without a known drift the level of a run is not
   known to better than the drift nobody measured: "cannot tell".
 
+Either way the levels a comparison stands on are kept with it (`baseline_ms`,
+`candidate_ms`): the speedup is their ratio, so a table that shows them agrees with itself.
+
 Holm's step-down corrects for the number of cells judged at once (scipy has no Holm and
-statsmodels would be a heavy dependency for it). A cell is:
+statsmodels would be a heavy dependency for it; median polish is in neither). A cell is:
 - real (faster/slower): significant after correction, its interval excludes 1, and at least
   `min_effect` large;
 - "~" (the same): not real, and its interval lies within ±`equivalence` — any difference is
@@ -28,6 +40,7 @@ statsmodels would be a heavy dependency for it). A cell is:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -38,8 +51,6 @@ from scipy import stats as sps
 ALPHA = 0.05  # family-wise error rate over all cells compared at once
 CONFIDENCE = 0.95
 MIN_EFFECT = 0.03  # differences below 3% are not reported as speedups or slowdowns
-RESAMPLES = 4000
-SEED = 0  # the bootstrap is seeded: the same measurements always give the same interval
 MIN_ROUNDS = 3  # paired rounds needed before the interleaved comparison says anything
 SAME, UNDECIDED = "~", "?"
 PAIRED, RUNS = "paired by round", "run against run"
@@ -58,6 +69,11 @@ class Difference:
     p_holm: float = math.nan  # p corrected for every cell compared at once
     real: bool = False  # significant after correction and at least min_effect large
     same: bool = False  # not real, and the interval lies within ±equivalence
+    # The levels compared (ms): speedup = baseline_ms ÷ candidate_ms, always.
+    baseline_ms: float = math.nan
+    candidate_ms: float = math.nan
+    processes: tuple[int, int] = (0, 0)  # the baseline's and the candidate's
+    shared: bool = False  # both measured in the same worker processes, paired by process
 
     @property
     def slowdown(self) -> float:
@@ -70,6 +86,11 @@ class Difference:
         if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low <= 0:
             return math.inf
         return math.expm1((math.log(self.high) - math.log(self.low)) / 2)
+
+    @property
+    def processes_text(self) -> str:
+        """How many processes each side had: "3/3", "3/3 shared" (the same workers)."""
+        return f"{self.processes[0]}/{self.processes[1]}" + (" shared" if self.shared else "")
 
     @property
     def verdict(self) -> str:
@@ -88,12 +109,18 @@ class Difference:
         return "cannot tell"
 
 
-def _nothing(speedup: float, method: str, why: str) -> Difference:
+def _nothing(speedup: float, method: str, why: str, **sides) -> Difference:
     return Difference(speedup=speedup, low=math.nan, high=math.nan, p=1.0, method=method,
-                      why_not=why)
+                      why_not=why, **sides)
 
 
-def _log_matrix(rounds: Sequence[Sequence[Optional[float]]], width: int) -> np.ndarray:
+def cannot_tell(d: Difference, why: str) -> Difference:
+    """The same levels, nothing said of their difference (e.g. a run timed on a busy
+    machine)."""
+    return dataclasses.replace(d, low=math.nan, high=math.nan, p=1.0, why_not=why)
+
+
+def log_matrix(rounds: Sequence[Sequence[Optional[float]]], width: int) -> np.ndarray:
     """`[process][round]` log medians, NaN where missing, padded to `width` rounds."""
     out = np.full((len(rounds), width), np.nan)
     for p, row in enumerate(rounds):
@@ -103,60 +130,138 @@ def _log_matrix(rounds: Sequence[Sequence[Optional[float]]], width: int) -> np.n
     return out
 
 
-def paired(baseline: Sequence[Sequence[Optional[float]]],
-           candidate: Sequence[Sequence[Optional[float]]],
-           resamples: int = RESAMPLES, seed: int = SEED) -> Difference:
-    """Two configurations of one interleaved window, from their round medians
-    (`[process][round]`, PhaseStats.rounds_ms): paired by round, processes resampled too."""
-    width = max([len(r) for r in (*baseline, *candidate)] or [0])
-    a, b = _log_matrix(baseline, width), _log_matrix(candidate, width)
+def median_polish(table: np.ndarray, sweeps: int = 10
+                  ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """Tukey's median polish of a two-way table (NaN: missing): (overall, row effects,
+    column effects, residuals) with table = overall + row + column + residual, fitted by
+    medians."""
+    resid = table.copy()
+    rows, cols = np.zeros(table.shape[0]), np.zeros(table.shape[1])
+    overall = 0.0
+    with np.errstate(all="ignore"):
+        for _ in range(sweeps):
+            r = np.nan_to_num(np.nanmedian(resid, axis=1))
+            resid -= r[:, None]
+            rows += r
+            shift = float(np.median(cols))
+            cols -= shift
+            overall += shift
+            c = np.nan_to_num(np.nanmedian(resid, axis=0))
+            resid -= c[None, :]
+            cols += c
+            shift = float(np.median(rows))
+            rows -= shift
+            overall += shift
+            if not (np.any(np.abs(r) > 1e-12) or np.any(np.abs(c) > 1e-12)):
+                break
+    return overall, rows, cols, resid
+
+
+@dataclass
+class Side:
+    """One side of a paired comparison: its round medians `[process][round]`
+    (PhaseStats.rounds_ms), the worker process each process was (Interleaving.workers; a
+    number both sides have is one process), and the spread between its processes where it
+    is known from elsewhere (σ of the log level, from `spread_runs` runs)."""
+
+    rounds_ms: Sequence[Sequence[Optional[float]]]
+    workers: Sequence[int] = ()
+    spread: Optional[float] = None
+    spread_runs: int = 0
+
+
+def _side(rounds: Side | Sequence[Sequence[Optional[float]]]) -> Side:
+    return rounds if isinstance(rounds, Side) else Side(rounds)
+
+
+def shared(base: Side, cand: Side) -> bool:
+    """Both sides measured in the same worker processes (a block, rnnexp.run.blocks)."""
+    return len(base.workers) == len(base.rounds_ms) == len(cand.rounds_ms) \
+        and sorted(base.workers) == sorted(cand.workers)
+
+
+def process_levels(a: np.ndarray, b: np.ndarray, same: list[tuple[int, int]]
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each process's log level on each side, with the rounds' levels removed by median
+    polish, and the residuals. In processes both sides share (`same`: pairs of rows), a
+    process's visits of one round are back to back: each process is polished on its own,
+    its round by round level removed. Otherwise the rounds' common level is removed across
+    every process of both sides."""
+    if same:
+        fits = [median_polish(np.stack([a[i], b[j]], axis=1)) for i, j in same]
+        la = np.array([o + c[0] for o, _, c, _ in fits])
+        lb = np.array([o + c[1] for o, _, c, _ in fits])
+        return la, lb, np.concatenate([f[3].ravel() for f in fits])
+    overall, _, levels, resid = median_polish(np.concatenate([a, b]).T)
+    return overall + levels[:a.shape[0]], overall + levels[a.shape[0]:], resid.ravel()
+
+
+def paired(baseline: Side | Sequence[Sequence[Optional[float]]],
+           candidate: Side | Sequence[Sequence[Optional[float]]]) -> Difference:
+    """Two configurations of one interleaved window: paired by round (and by process where
+    they shared their processes), the process as the replicate (see the module's
+    docstring)."""
+    base, cand = _side(baseline), _side(candidate)
+    width = max([len(r) for r in (*base.rounds_ms, *cand.rounds_ms)] or [0])
+    a, b = log_matrix(base.rounds_ms, width), log_matrix(cand.rounds_ms, width)
     both = ~np.all(np.isnan(a), axis=0) & ~np.all(np.isnan(b), axis=0)
     a, b = a[:, both], b[:, both]
-    rounds = int(both.sum())
+    rounds, ka, kb = int(both.sum()), a.shape[0], b.shape[0]
     if rounds == 0:
         return _nothing(math.nan, PAIRED, "no round measured both")
-    # The median over rounds of the paired log differences: a round hit by a burst (on a
-    # shared machine a visit can take 10× its neighbours) moves it by one rank, not by 10×.
-    estimate = float(np.median(np.nanmean(a, axis=0) - np.nanmean(b, axis=0)))
+    together = shared(base, cand)
+    same = list(zip(np.argsort(base.workers), np.argsort(cand.workers), strict=True)) \
+        if together else []
+    la, lb, resid = process_levels(a, b, same)
+    estimate = float(la.mean() - lb.mean())
+    sides = dict(baseline_ms=math.exp(la.mean()), candidate_ms=math.exp(lb.mean()),
+                 processes=(ka, kb), shared=together)
     if rounds < MIN_ROUNDS:
-        return _nothing(math.exp(estimate), PAIRED, f"{rounds} paired rounds")
-    rng = np.random.default_rng(seed)
-    w = rng.multinomial(rounds, np.full(rounds, 1 / rounds), size=resamples)  # rounds
-    stat = _weighted_median(_side_means(a, w, rng) - _side_means(b, w, rng), w)
-    stat = stat[np.isfinite(stat)]
-    tail = (1 - CONFIDENCE) / 2
-    low, high = np.quantile(stat, [tail, 1 - tail])
-    # The bootstrap's two-sided p-value for "no difference": how often a resample lands on
-    # the other side of 0 than the estimate, doubled (at least one resample's worth).
-    beyond = np.mean(stat <= 0) if estimate > 0 else np.mean(stat >= 0)
-    p = min(1.0, max(2 * beyond, 1 / len(stat)))
-    return Difference(speedup=math.exp(estimate), low=math.exp(low), high=math.exp(high),
-                      p=float(p), method=PAIRED)
+        return _nothing(math.exp(estimate), PAIRED, f"{rounds} paired rounds", **sides)
+    if together and ka >= 2:  # the same processes: their differences are the replicates
+        var, df = float(np.var(la - lb, ddof=1)) / ka, ka - 1
+    elif ka >= 2 and kb >= 2:  # processes of their own: Welch over the process levels
+        va, vb = float(np.var(la, ddof=1)) / ka, float(np.var(lb, ddof=1)) / kb
+        var = va + vb
+        df = var ** 2 / (va ** 2 / (ka - 1) + vb ** 2 / (kb - 1)) if var > 0 else 0.0
+    elif base.spread is not None and cand.spread is not None \
+            and min(base.spread_runs, cand.spread_runs) >= 2:
+        # A process's level is only known as well as the spread between processes known
+        # from elsewhere (the drift between runs holds it), plus its own rounds' noise.
+        parts = [(base.spread ** 2 / ka, base.spread_runs - 1),
+                 (cand.spread ** 2 / kb, cand.spread_runs - 1)]
+        noise = _within(resid, rounds)
+        var = sum(v for v, _ in parts) + noise
+        known = sum(v ** 2 / n for v, n in parts if v > 0)
+        df = (var - noise) ** 2 / known if known > 0 else 0.0
+    else:
+        return _nothing(math.exp(estimate), PAIRED,
+                        "one process a side and no spread between processes known "
+                        "(bench.processes ≥ 2, or a drift history)", **sides)
+    return _t_difference(estimate, var, df, PAIRED, **sides)
 
 
-def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Row by row: the median of `values` (NaN: left out) counted `weights` times each."""
-    weights = np.where(np.isnan(values), 0, weights).astype(float)
-    values = np.where(np.isnan(values), np.inf, values)
-    order = np.argsort(values, axis=1)
-    v = np.take_along_axis(values, order, axis=1)
-    cw = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
-    half = cw[:, -1:] / 2
-    at = np.argmax(cw >= half, axis=1)
-    out = v[np.arange(len(v)), at]
-    return np.where(cw[:, -1] > 0, out, np.nan)
+def _within(resid: np.ndarray, rounds: int) -> float:
+    """The variance of the difference of two process levels from their own rounds' noise:
+    twice that of a median of `rounds` residuals (π/2 · σ²/R, σ from their median absolute
+    deviation)."""
+    resid = resid[np.isfinite(resid)]
+    if resid.size == 0:
+        return 0.0
+    sigma = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+    return 2 * math.pi / 2 * sigma ** 2 / max(1, rounds)
 
 
-def _side_means(logs: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """[resample][round]: each round's mean over a resample of this side's processes (NaN
-    where none of them measured that round)."""
-    k = logs.shape[0]
-    v = rng.multinomial(k, np.full(k, 1 / k), size=w.shape[0])  # processes per resample
-    have = ~np.isnan(logs)
-    num = v @ np.where(have, logs, 0.0)
-    den = v @ have.astype(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return num / den
+def _t_difference(estimate: float, var: float, df: float, method: str, **sides) -> Difference:
+    """A log difference with its variance and degrees of freedom: its t interval and p."""
+    speedup = math.exp(estimate)
+    if not var > 0 or not df > 0:
+        return _nothing(speedup, method, "no spread between processes", **sides)
+    se = math.sqrt(var)
+    half = float(sps.t.ppf((1 + CONFIDENCE) / 2, df)) * se
+    p = float(2 * sps.t.sf(abs(estimate) / se, df))
+    return Difference(speedup=speedup, low=math.exp(estimate - half),
+                      high=math.exp(estimate + half), p=p, method=method, **sides)
 
 
 @dataclass
@@ -187,22 +292,19 @@ def between_runs(baseline: Level, candidate: Level) -> Difference:
     against the spread between processes and the drift between runs (Welch–Satterthwaite
     degrees of freedom)."""
     estimate = baseline.log_center - candidate.log_center
-    speedup = math.exp(estimate)
+    sides = dict(baseline_ms=math.exp(baseline.log_center),
+                 candidate_ms=math.exp(candidate.log_center),
+                 processes=(len(baseline.process_medians_ms),
+                            len(candidate.process_medians_ms)))
     for side, level in (("baseline", baseline), ("candidate", candidate)):
         if level.drift is None or level.drift_runs < 2:
-            return _nothing(speedup, RUNS, f"no drift history for the {side}'s configuration "
-                                           "here (5 runs give one), so the level of a run is "
-                                           "not known")
+            return _nothing(math.exp(estimate), RUNS,
+                            f"no drift history for the {side}'s configuration here (5 runs "
+                            "give one), so the level of a run is not known", **sides)
     parts = baseline.parts() + candidate.parts()
     var = sum(v for v, _ in parts)
-    if var <= 0:
-        return _nothing(speedup, RUNS, "no spread known")
-    df = var ** 2 / sum(v ** 2 / d for v, d in parts if d > 0)
-    se = math.sqrt(var)
-    half = float(sps.t.ppf((1 + CONFIDENCE) / 2, df)) * se
-    p = float(2 * sps.t.sf(abs(estimate) / se, df))
-    return Difference(speedup=speedup, low=math.exp(estimate - half),
-                      high=math.exp(estimate + half), p=p, method=RUNS)
+    df = var ** 2 / sum(v ** 2 / d for v, d in parts if d > 0) if var > 0 else 0.0
+    return _t_difference(estimate, var, df, RUNS, **sides)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

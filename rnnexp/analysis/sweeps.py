@@ -15,8 +15,17 @@ from rnnexp.analysis import significance
 from rnnexp.errors import RnnexpError
 from rnnexp.results import saved
 from rnnexp.results.identity import MeasurementKey
-from rnnexp.results.result import RESULTS_FILE, BrokenResults, PhaseStats, Result, Roofline, Row
-from rnnexp.results.sinks.mlflow import runs
+from rnnexp.results.result import (
+    RESULTS_FILE,
+    BrokenResults,
+    PhaseStats,
+    Result,
+    Roofline,
+    Row,
+    format_ms,
+    format_quartiles,
+)
+from rnnexp.results.sinks.mlflow import runs, store
 
 # Phases compared: table prefix → Result phase.
 PHASES = (("fwd", "forward"), ("bwd", "backward"))
@@ -70,6 +79,23 @@ class Run:
 
     def stats(self, phase: str) -> PhaseStats:
         return self.result.phase(dict(PHASES)[phase])
+
+    def shown_ms(self, phase: str, level: Optional[float] = None) -> str:
+        """Its figure beside a comparison: the `level` the comparison's speedup is a ratio
+        of (significance.Difference.baseline_ms / candidate_ms), else median ± IQR/2."""
+        if level is not None and level == level:  # not NaN
+            return format_quartiles(level, None, None)
+        return format_ms(getattr(self.row, f"{phase}_median_ms"),
+                         getattr(self.row, f"{phase}_iqr_ms"))
+
+    def side(self, phase: str) -> significance.Side:
+        """Its side of a paired comparison in its window: round medians, worker processes,
+        and the spread between processes its drift history bounds."""
+        s, env = self.stats(phase), self.result.environment
+        workers = self.result.interleaving.workers if self.result.interleaving else []
+        return significance.Side(rounds_ms=s.rounds_ms, workers=workers,
+                                 spread=s.between_drift,
+                                 spread_runs=env.drift_runs if env else 0)
 
     def level(self, phase: str) -> Optional[significance.Level]:
         """Its level in a phase for a comparison between runs (None: not timed)."""
@@ -168,7 +194,10 @@ def say_skipped(empty: list) -> None:
 def read_runs(client, found) -> list[Run]:
     """MLflow job runs as Runs, each read from the results.json it logged."""
     out = []
-    with tempfile.TemporaryDirectory(prefix="rnnexp-compare-") as tmp:
+    # One results file a run: MLflow's download progress bars (tqdm, where it is installed)
+    # would only clutter the error stream.
+    quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    with tempfile.TemporaryDirectory(prefix="rnnexp-compare-") as tmp, store.http_limits(quiet):
         for run in found:
             try:
                 path = client.download_artifacts(run.info.run_id, RESULTS_FILE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import ContextManager, Iterator
+from typing import ContextManager, Hashable, Iterator, Optional
 
 import torch
 
@@ -139,6 +139,13 @@ class Backend:
 
     def flags_context(self) -> list[ContextManager]:
         return []
+
+    def process_state(self) -> Optional[Hashable]:
+        """What this backend leaves set for the whole process that may not switch back
+        (TorchScript's executor and fuser flags): configurations with equal states can take
+        turns in one worker process (rnnexp.run.blocks). None: its set-up resets what other
+        configurations of a process rely on, so it needs processes of its own."""
+        return ()
 
     def prepare(self, workload: Workload) -> Workload:
         self.first_call_s = untimed_runs(workload, self.device, self.FIRST_CALLS,

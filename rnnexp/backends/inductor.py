@@ -74,6 +74,9 @@ class Inductor(Backend):
                         f"model={model_name} changes sizes every call (dynamic shapes): the "
                         "recordings would land in the timed samples", "backend.mode=default")
 
+    def process_state(self) -> None:
+        return None  # `prepare` resets dynamo's caches: any other compiled model would recompile
+
     def flags_context(self) -> list:
         if not self.allow_rnn:
             return []

@@ -44,6 +44,10 @@ class ScriptedRun:
     def context(self) -> ContextManager:
         return jitflags.in_force(self.flags)
 
+    def process_state(self) -> tuple:
+        """TorchScript's flags stay with the process once a graph ran under them."""
+        return ("torchscript", self.flags)
+
     def optimise(self, workload: Workload, device: torch.device,
                  record: list[float] | None = None) -> bool:
         """Run a scripted model RUNS times off the clock (each call's ms into `record`);

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 from functools import lru_cache
-from typing import ContextManager
+from typing import ContextManager, Hashable
 
 import torch
 
@@ -45,6 +45,9 @@ class TorchScriptBackend(Backend):
 
     def flags_context(self) -> list[ContextManager]:
         return [self.scripted.context()]
+
+    def process_state(self) -> Hashable:
+        return self.scripted.process_state()
 
     def prepare(self, workload: Workload) -> Workload:
         self.scripted.optimise(workload, self.device, self.untimed_ms)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import ContextManager, Iterator
+from typing import ContextManager, Hashable, Iterator
 
 import torch
 from torch import nn
@@ -198,6 +198,11 @@ class VendorLibrary(Backend):
         # allow_tf32 explicitly: cuDNN's own default is True.
         return [library_flags(enabled=self.enabled, allow_tf32=self.allow_tf32),
                 self.scripted.context()]
+
+    def process_state(self) -> Hashable:
+        # The library flags are read at every call and restored: only the scripted loops'
+        # TorchScript flags stay with the process.
+        return self.scripted.process_state()
 
     def prepare(self, workload: Workload) -> Workload:
         # Verified against a reference that computes as cuDNN will.

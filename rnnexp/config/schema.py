@@ -109,8 +109,8 @@ QUIET_TIMEOUT_MAX_S = 86_400.0
 
 @dataclass
 class BenchConfig:
-    warmup: int = 10
-    iters: int = 100
+    warmup: int = 10  # untimed iterations, in each process
+    iters: int = 100  # timed samples of the configuration, shared between its processes
     # Time the backward pass too (forward-only models ignore this).
     backward: bool = True
     # Compare outputs and gradients with the reference before timing.
@@ -138,11 +138,13 @@ class BenchConfig:
     # earlier runs' medians, kept in the cache) to the between-process interval.
     drift: bool = True
 
-    # Fresh processes measuring the configuration, each with its own build and warm-up
-    # (rnnexp.run.schedule); with several, the result carries the between-process interval.
-    # With a precision target this is the first count, and processes are added up to
-    # `max_processes` until that interval meets the target.
-    processes: int = 1
+    # Worker processes measuring the configuration, each with its own build and warm-up,
+    # sharing its `iters` timed samples (rnnexp.run.schedule): the process is the replicate,
+    # and a comparison with one process a side cannot tell (rnnexp.analysis.significance).
+    # Configurations of a sweep whose process-global state is the same share their workers
+    # (rnnexp.run.blocks). With a precision target this is the first count, and processes
+    # are added up to `max_processes` until the between-process interval meets the target.
+    processes: int = 3
     max_processes: Optional[int] = None
     # A sample is the mean of a block of back-to-back iterations lasting at least this long
     # (0: one iteration per sample, as fastrnns): microsecond kernels timed one by one are

@@ -61,10 +61,22 @@ class Look:
     load_avg: tuple = ()  # 1, 5, 15 minutes
     other_cores: float = 0.0  # CPU used by processes outside this job, in cores
     top: list[str] = field(default_factory=list)  # the busiest of them, "name[pid] 97%"
+    # Over timed rounds, looked at after each (Watch): how many rounds, in how many of them
+    # other processes used a busy machine's share of the cores, the most they used in one,
+    # and how many of their tasks were runnable at a round's end, on average.
+    rounds: int = 0
+    busy_rounds: int = 0
+    peak_cores: float = 0.0
+    run_queue: float = 0.0
 
     def summary(self, cores: int) -> str:
         top = f" ({', '.join(self.top)})" if self.top else ""
-        return f"other processes used {self.other_cores:.1f} of {cores} cores{top}"
+        text = f"other processes used {self.other_cores:.1f} of {cores} cores{top}"
+        if self.rounds:
+            text += (f", {self.peak_cores:.1f} at most; busy in {self.busy_rounds} of "
+                     f"{self.rounds} rounds, {self.run_queue:.1f} of their tasks runnable "
+                     "on average")
+        return text
 
 
 @dataclass
@@ -116,9 +128,9 @@ class Environment:
         for key in ("before", "after"):
             if known.get(key):
                 look = known[key]
-                known[key] = Look(load_avg=tuple(look.get("load_avg") or ()),
-                                  other_cores=look.get("other_cores", 0.0),
-                                  top=list(look.get("top") or []))
+                fields = {k: v for k, v in look.items() if k in Look.__dataclass_fields__}
+                known[key] = Look(**{**fields, "load_avg": tuple(look.get("load_avg") or ()),
+                                     "top": list(look.get("top") or [])})
         return cls(**known)
 
 
@@ -228,11 +240,95 @@ def look(seconds: float = LOOK_S) -> Look:
     return look_since(snapshot(), seconds)
 
 
+def busy_cores(cores: int) -> float:
+    """Cores other processes use on a busy machine."""
+    return max(BUSY_CORES, BUSY_SHARE * cores)
+
+
 def busy_reason(seen: Look, cores: int) -> str:
-    """Why the machine counts as busy, or "" when it does not."""
-    if seen.other_cores >= max(BUSY_CORES, BUSY_SHARE * cores):
+    """Why the machine counts as busy, or "" when it does not: other processes used a busy
+    machine's share of the cores on average, in a quarter of the timed rounds or more, or
+    had that many tasks runnable at the rounds' ends on average."""
+    if seen.other_cores >= busy_cores(cores) or seen.run_queue >= max(1.0, busy_cores(cores)) \
+            or (seen.rounds and seen.busy_rounds >= BUSY_ROUNDS * seen.rounds):
         return f"machine busy: {seen.summary(cores)}"
     return ""
+
+
+# The share of timed rounds in which others may use a busy machine's share of the cores
+# before the measurement counts as busy: a burst in a round or two moves medians by a rank,
+# contention through a quarter of them moves the level.
+BUSY_ROUNDS = 0.25
+
+
+class Watch:
+    """Other processes' use of the machine while rounds are timed, looked at after each
+    round: the CPU time the whole machine spent (/proc/stat, psutil.cpu_times: processes
+    that started and ended inside a round count too, and a virtual machine's stolen time)
+    less what this job's processes spent, and the tasks runnable beyond this one
+    (/proc/loadavg). Costs a few file reads a round, never during a timed sample."""
+
+    def __init__(self) -> None:
+        self.pids = _our_processes()
+        self.rounds: list[tuple[float, float]] = []  # (other cores, others runnable)
+        self._last = self._read()
+        self._first = self._last
+
+    def refresh(self) -> None:
+        """This job's processes again (a worker was added)."""
+        self.pids = _our_processes() | self.pids
+
+    def _read(self) -> tuple[float, float, dict[int, float]]:
+        times = psutil.cpu_times()
+        busy = sum(times) - times.idle - getattr(times, "iowait", 0.0) \
+            - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+        ours = {}
+        for pid in self.pids:
+            try:
+                t = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            ours[pid] = t.user + t.system
+        return time.monotonic(), busy, ours
+
+    @staticmethod
+    def _others(start, end) -> tuple[float, float]:
+        """(seconds, cores) others used between two reads (a process of ours seen at one
+        end only is counted as others': it started or ended in between)."""
+        elapsed = max(end[0] - start[0], 1e-6)
+        ours = sum(end[2][p] - start[2][p] for p in end[2] if p in start[2])
+        others = max(0.0, end[1] - start[1] - ours)
+        return elapsed, others / elapsed
+
+    def tick(self) -> None:
+        """After a round."""
+        now = self._read()
+        _, cores = self._others(self._last, now)
+        self._last = now
+        self.rounds.append((cores, max(0.0, runnable() - 1)))  # less this, the reader
+
+    def look(self, top: Optional[Look] = None) -> Look:
+        """Over every round since the start; the busiest processes' names from `top`."""
+        _, cores = self._others(self._first, self._last)
+        try:
+            load = tuple(round(x, 2) for x in os.getloadavg())
+        except OSError:
+            load = ()
+        limit = busy_cores(usable_cores())
+        return Look(load_avg=load, other_cores=round(cores, 2),
+                    top=list(top.top) if top else [], rounds=len(self.rounds),
+                    busy_rounds=sum(c >= limit for c, _ in self.rounds),
+                    peak_cores=round(max((c for c, _ in self.rounds), default=0.0), 2),
+                    run_queue=round(sum(q for _, q in self.rounds) / len(self.rounds), 2)
+                    if self.rounds else 0.0)
+
+
+def runnable() -> int:
+    """Tasks runnable on the machine now (/proc/loadavg's 4th field; 0 where unreadable)."""
+    try:
+        return int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _read(path: Path) -> str:

@@ -1,20 +1,29 @@
-"""Fresh worker processes for measuring, without a fresh `import torch` each.
+"""Worker processes for measuring, without a fresh `import torch` each.
 
-Two reasons to measure in a fresh process: TorchScript's executor and fuser settings are
+Two reasons to measure in fresh processes: TorchScript's executor and fuser settings are
 process-global and do not reliably switch back (a `legacy` job after a `profiling` one in the
-same process still runs profiling-executor graphs), and a configuration measured in several
-processes shows the spread between runs (rnnexp.run.schedule). The basic launcher runs a whole
-sweep in one process and joblib/loky reuses workers, so neither holds without this.
+same process still runs profiling-executor graphs), and the process is the replicate: a
+configuration measured in several processes shows the spread between them, which no number
+of samples in one process can (rnnexp.run.schedule). The basic launcher runs a whole sweep in
+one process and joblib/loky reuses workers, so neither holds without this.
+
+A worker hosts one or more configurations (`slot`s), each a measurer built once: those of a
+window whose process-global state is the same (rnnexp.run.blocks) take turns in it.
 
 Workers are forked from multiprocessing's fork server, which imports torch and the project
 once (per launching process, i.e. once per sweep) before it forks anything: each worker is a
 new process with fresh TorchScript state, started in tens of milliseconds instead of seconds.
 The fork server itself never runs a tensor operation, so no thread pool or device context is
 forked. A worker receives the pickled plan (checked already, nothing re-decided), answers
-the scheduler's requests (rnnexp.measure.measurer) over a pipe, and errors come back as one line.
-A worker leaves signals to the job's process (which ends it at once on Ctrl-C or SIGTERM: the
-scheduler closes every share on the way out) and dies with the fork server if that is killed
-outright, which itself exits with the job's process.
+the scheduler's requests (rnnexp.measure.measurer) over a pipe, and errors come back as one line,
+for the configuration they concern. A worker leaves signals to the job's process (which ends it
+at once on Ctrl-C or SIGTERM: the scheduler closes every worker on the way out) and dies with
+the fork server if that is killed outright, which itself exits with the job's process.
+
+While another worker is timed, an idle one is stopped (SIGSTOP, `park`) rather than left
+waiting: its OpenMP threads spin for a while after each parallel region (libgomp's
+GOMP_SPINCOUNT), and a stopped process takes no CPU whatever its threads were doing. It is
+continued (SIGCONT) right before its next request.
 """
 
 from __future__ import annotations
@@ -28,13 +37,13 @@ import sys
 import tempfile
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from rnnexp import errors
 from rnnexp.machine import memory
 from rnnexp.machine import platform as platform_mod
 from rnnexp.measure import forkserver_tie, job, timing
-from rnnexp.measure.measurer import Finished, Measurer, Ready, Round
+from rnnexp.measure.measurer import Measurer
 
 # Imported by the fork server before it forks a worker: torch, the measuring code and the
 # common models and backends (a worker imports anything else a plan names on unpickling).
@@ -105,6 +114,10 @@ class _Foreign:
         return self._popen.poll() is None
 
     @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
     def exitcode(self) -> Optional[int]:
         return self._popen.poll()
 
@@ -122,111 +135,255 @@ class _Foreign:
 
 
 def _foreign_main(fd: int) -> None:
-    """A worker under another interpreter: the plan comes over the inherited socket, and the
-    platform it reports is this interpreter's."""
-    conn = Connection(fd)
-    planned, verify_model = conn.recv()
-    planned.plat = platform_mod.current()
-    _serve(conn, planned, verify_model, foreign_platform=True)
+    """A worker under another interpreter: the plans come over the inherited socket, and
+    the platform it reports is this interpreter's."""
+    _serve(Connection(fd), foreign_platform=True)
 
 
-def _serve(conn, planned: job.Plan, verify_model: bool, foreign_platform: bool = False
-           ) -> None:
-    """The worker's main: set up, then answer requests until told to finish."""
+def _serve(conn, foreign_platform: bool = False) -> None:
+    """The worker's main: answer requests until told to exit."""
     # Ctrl-C reaches the whole process group; the job's process decides and ends this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     # What the fork server imported lives as long as this process: frozen, no collection
     # scans it (a full one otherwise costs ~0.1 s with torch loaded, before every warm-up).
     timing.freeze_once()
-    measurer = Measurer(planned, verify_model=verify_model)
+    slots: dict[int, Measurer] = {}
     try:
-        ready = measurer.setup()
-        if foreign_platform:
-            ready.platform = planned.plat
-        conn.send(("ok", ready))
         while True:
             request = conn.recv()
-            if request[0] == "round":
-                conn.send(("ok", measurer.round(request[1], request[2])))
-            else:
-                conn.send(("ok", measurer.finish()))
+            if request[0] == "exit":
                 return
-    except errors.RnnexpError as err:
-        conn.send(("error", type(err).__name__, str(err)))
-    except Exception as err:  # the parent records a crash with this line
-        if errors.full_error():  # as for the job's own process
-            traceback.print_exc()
-        conn.send(("crash", memory.crash_line(planned.cfg.shape, err)))
+            conn.send(handle(slots, request, foreign_platform))
+    except (EOFError, OSError):  # the job's process is gone
+        return
     finally:
-        measurer.close()
+        for measurer in slots.values():
+            measurer.close()
         conn.close()
 
 
-class Worker:
-    """A measurer in a fresh worker process; the same calls as `measurer.Measurer`."""
+def handle(slots: dict[int, Measurer], request: tuple, foreign_platform: bool = False
+           ) -> tuple:
+    """One request for one slot, answered ("ok", value) or as the error that ended that
+    slot's configuration here: ("error", type name, line) or ("crash", line)."""
+    kind, slot = request[0], request[1]
+    measurer = slots.get(slot)
+    try:
+        if kind == "add":
+            planned, verify_model = request[2], request[3]
+            if foreign_platform:
+                planned.plat = platform_mod.current()
+            measurer = slots[slot] = Measurer(planned, verify_model=verify_model)
+            ready = measurer.setup()
+            if foreign_platform:
+                ready.platform = planned.plat
+            return ("ok", ready)
+        if measurer is None:
+            raise errors.JobCrashed(f"slot {slot} of this worker was never set up")
+        if kind == "round":
+            return ("ok", measurer.round(request[2], request[3]))
+        slots.pop(slot)
+        if kind == "finish":
+            return ("ok", measurer.finish())
+        measurer.close()  # drop
+        return ("ok", None)
+    except errors.RnnexpError as err:
+        _drop(slots, slot)
+        return ("error", type(err).__name__, str(err))
+    except Exception as err:  # the parent records a crash of this configuration
+        if errors.full_error():  # as for the job's own process
+            traceback.print_exc()
+        _drop(slots, slot)
+        return ("crash", crash_line(measurer, request, err))
 
-    def __init__(self, planned: job.Plan, *, verify_model: bool):
+
+def crash_line(measurer: Optional[Measurer], request: tuple, err: BaseException) -> str:
+    """One line for a crash of a slot's configuration; an out-of-memory names its shape."""
+    planned = measurer.p if measurer else (request[2] if request[0] == "add" else None)
+    if planned is None:
+        return errors.crash_line(err)
+    return memory.crash_line(planned.cfg.shape, err)
+
+
+def _drop(slots: dict[int, Measurer], slot: int) -> Optional[Measurer]:
+    measurer = slots.pop(slot, None)
+    if measurer is not None:
+        measurer.close()
+    return measurer
+
+
+def decode(answer: tuple) -> Any:
+    """A worker's answer, or its error raised as one line."""
+    if answer[0] == "ok":
+        return answer[1]
+    if answer[0] == "crash":
+        raise errors.JobCrashed(answer[1])
+    # Re-raised as one line (ConfigError's own signature is not needed here).
+    kinds = {"UnsupportedError": errors.UnsupportedError, "JobCrashed": errors.JobCrashed}
+    raise kinds.get(answer[1], errors.RnnexpError)(answer[2])
+
+
+class Host(Protocol):
+    """A process that measures configurations in slots: a Worker, or Local (the job's own
+    process). `request` starts a call ("add", slot, plan, verify_model), ("round", slot, n,
+    block), ("finish", slot) or ("drop", slot); `answer` waits for it."""
+
+    def request(self, *message: Any) -> None: ...
+
+    def answer(self) -> Any: ...
+
+    def alive(self) -> bool: ...
+
+    def park(self) -> None: ...
+
+    def unpark(self) -> None: ...
+
+    def exit(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Local:
+    """Slots measured in the job's own process (a lone configuration whose backend needs no
+    process of its own): each request runs at once, its answer is kept for `answer`.
+    Errors keep their type; a crash is one line with the exception as its cause."""
+
+    def __init__(self) -> None:
+        self._slots: dict[int, Measurer] = {}
+        self._answer: Any = None
+        self._error: Optional[BaseException] = None
+
+    def request(self, *message: Any) -> None:
+        kind, slot = message[0], message[1]
+        self._answer, self._error = None, None
+        try:
+            if kind == "add":
+                self._slots[slot] = Measurer(message[2], verify_model=message[3])
+                self._answer = self._slots[slot].setup()
+            elif kind == "round":
+                self._answer = self._slots[slot].round(message[2], message[3])
+            else:
+                measurer = self._slots.pop(slot)
+                self._answer = measurer.finish() if kind == "finish" else measurer.close()
+        except errors.RnnexpError as err:
+            _drop(self._slots, slot)
+            self._error = err
+        except Exception as err:
+            crash = errors.JobCrashed(crash_line(_drop(self._slots, slot), message, err))
+            crash.__cause__ = err  # shown with HYDRA_FULL_ERROR=1, as any crash here
+            self._error = crash
+
+    def answer(self) -> Any:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        return self._answer
+
+    def alive(self) -> bool:
+        return True
+
+    def park(self) -> None:
+        pass  # this process is the one that asks
+
+    def unpark(self) -> None:
+        pass
+
+    def exit(self) -> None:
+        pass
+
+    def close(self) -> None:
+        for slot in list(self._slots):
+            _drop(self._slots, slot)
+
+
+class Worker:
+    """A worker process hosting slots; the calls of Host. `python` (bench.python): another
+    interpreter than this one's, or None."""
+
+    def __init__(self, python: Optional[str] = None):
         ctx = _context()
-        self._finished = False
+        self._parked = False
+        self._waiting = False  # a request is out, its answer not read
         self._conn, child = ctx.Pipe()
-        python = planned.cfg.bench.python
         if job.foreign(python):
             self._proc: Any = _Foreign(str(python), child)
-            child.close()
-            self._conn.send((planned, verify_model))
-            return
-        self._proc = ctx.Process(target=_serve, args=(child, planned, verify_model),
-                                 daemon=True)
-        _start(self._proc)
+        else:
+            self._proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+            _start(self._proc)
         child.close()
 
-    def _answer(self) -> Any:
+    @property
+    def connection(self) -> Connection:
+        """What `multiprocessing.connection.wait` waits on: an answer is ready."""
+        return self._conn
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._proc.pid
+
+    def request(self, *message: Any) -> None:
+        try:
+            self._conn.send(message)
+        except OSError:  # the pipe broke: the worker is gone
+            self._proc.join(timeout=1)
+            raise errors.JobCrashed(self._gone()) from None
+        self._waiting = True
+
+    def answer(self) -> Any:
         while not self._conn.poll(1.0):
             if not self._proc.is_alive():
-                raise errors.JobCrashed(f"the worker process exited with code "
-                                        f"{self._proc.exitcode} before reporting a result")
+                raise errors.JobCrashed(self._gone())
         try:
             msg = self._conn.recv()
         except (EOFError, OSError):  # closed or reset: the worker is gone
             raise errors.JobCrashed("the worker process exited before reporting a result"
                                     ) from None
-        if msg[0] == "ok":
-            return msg[1]
-        if msg[0] == "crash":
-            raise errors.JobCrashed(msg[1])
-        # Re-raised as one line (ConfigError's own signature is not needed here).
-        unsupported = msg[1] == "UnsupportedError"
-        raise (errors.UnsupportedError if unsupported else errors.RnnexpError)(msg[2])
+        self._waiting = False
+        return decode(msg)
 
-    def setup(self) -> Ready:
-        return self._answer()
+    def _gone(self) -> str:
+        return (f"the worker process exited with code {self._proc.exitcode} before reporting "
+                "a result")
 
-    def _ask(self, request: tuple) -> None:
+    def _signal(self, signum: int) -> None:
         try:
-            self._conn.send(request)
-        except OSError:  # the pipe broke: the worker is gone
-            self._proc.join(timeout=1)
-            raise errors.JobCrashed(f"the worker process exited with code "
-                                    f"{self._proc.exitcode} before reporting a result"
-                                    ) from None
+            os.kill(self._proc.pid, signum)
+        except (ProcessLookupError, TypeError):  # gone (or never started): nothing to do
+            pass
 
-    def round(self, n: int, block: int) -> Round:
-        self._ask(("round", n, block))
-        return self._answer()
+    def alive(self) -> bool:
+        return self._proc.is_alive()
 
-    def finish(self) -> Finished:
-        self._ask(("finish",))
-        finished = self._answer()
-        self._finished = True  # it exits by itself; multiprocessing reaps it later
-        return finished
+    def park(self) -> None:
+        """Stopped while others are timed: none of its threads can take a core."""
+        if not self._parked:
+            self._signal(signal.SIGSTOP)
+            self._parked = True
+
+    def unpark(self) -> None:
+        if self._parked:
+            self._signal(signal.SIGCONT)
+            self._parked = False
+
+    def exit(self) -> None:
+        """Ask it to exit (after its last answer): `close` then waits less."""
+        self.unpark()  # a stopped process acts on no signal but SIGKILL and SIGCONT
+        if not self._waiting and not self._conn.closed:
+            try:
+                self._conn.send(("exit",))
+            except OSError:
+                pass
 
     def close(self) -> None:
-        """Stop the worker (it may be blocked waiting for a request). The scheduler closes
-        every worker on its way out, an interrupt or a signal included."""
-        if not self._finished:
-            terminate(self._proc)
-        self._conn.close()
+        """End the worker: it exits when asked, else (busy with a request: an interrupt or a
+        signal came) it is terminated. The scheduler closes every worker on its way out."""
+        self.exit()
+        if not self._waiting:
+            self._proc.join(timeout=1)
+        terminate(self._proc)
+        if not self._conn.closed:
+            self._conn.close()
 
 
 def terminate(proc) -> None:
@@ -237,7 +394,6 @@ def terminate(proc) -> None:
     if proc.is_alive():
         proc.kill()
         proc.join(timeout=5)
-
 
 
 if __name__ == "__main__":  # a worker under another interpreter (bench.python)

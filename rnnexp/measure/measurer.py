@@ -1,12 +1,17 @@
 """One process's share of a job: build and prepare the model, verify it (the first process
 only: every process builds the same weights from the same seed), warm up, then time samples
 in rounds as the scheduler asks. It runs in the job's own process or in a worker process
-(rnnexp.measure.isolation); either way the scheduler (rnnexp.run.schedule) talks to it the same way.
+(rnnexp.measure.isolation) beside the measurers of other configurations whose process-global
+state is the same; either way the scheduler (rnnexp.run.schedule) talks to it the same way.
+
+The backend's context (its flags, the current device) is entered around each call, not held
+between them: measurers that share a process take turns, each under its own flags. What was
+compiled while timed is asked after each round, while this measurer's own run is still the
+process's last one (TorchScript's last optimised graph is per process, not per module).
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,15 +73,19 @@ class Measurer:
     def __init__(self, planned: job.Plan, *, verify_model: bool):
         self.p = planned
         self.verify_model = verify_model
-        self._stack = contextlib.ExitStack()
         self._timer: Optional[Timer] = None
         self._workload = None
+        self._recompiled = ""  # the first change a round's check found
 
     def setup(self) -> Ready:
         cfg, p = self.p.cfg, self.p
         if cfg.bench.num_threads:
             torch.set_num_threads(cfg.bench.num_threads)
-        self._stack.enter_context(p.backend.context())
+        with p.backend.context():
+            return self._setup()
+
+    def _setup(self) -> Ready:
+        cfg, p = self.p.cfg, self.p
         t0 = time.perf_counter()
         built = job.build_workload(cfg, p.spec)
         build_s = time.perf_counter() - t0
@@ -93,7 +102,7 @@ class Measurer:
         iteration_ms = self._timer.warmup(cfg.bench.warmup)
         if cfg.bench.block_ms and not iteration_ms:  # no warm-up to size blocks from
             iteration_ms = self._timer.warmup(1)
-        # From here on anything compiled is inside the timed samples (checked in finish).
+        # From here on anything compiled is inside the timed samples (checked after each round).
         p.backend.timed_start(workload)
         t3 = time.perf_counter()
         self._workload = workload
@@ -110,32 +119,38 @@ class Measurer:
         """`n` timed samples of `block` iterations each (the scheduler gives every process
         the first one's block size)."""
         assert self._timer is not None, "setup() first"
-        t0 = time.perf_counter()
-        samples = self._timer.run(n, block=block)
-        return Round(samples, time.perf_counter() - t0)
+        with self.p.backend.context():
+            t0 = time.perf_counter()
+            samples = self._timer.run(n, block=block)
+            seconds = time.perf_counter() - t0
+            if not self._recompiled:  # after the samples, untimed
+                self._recompiled = self.p.backend.timed_changes(self._workload)
+        return Round(samples, seconds)
 
     def finish(self) -> Finished:
-        """Still inside the backend's context: whether anything was compiled while timed, the
-        profile (after timing, never during; the verifying process only) and what actually
-        ran; then the context ends."""
+        """Inside the backend's context: the peak memory and the profile (after timing, never
+        during; the verifying process only), what actually ran, and whether a round found
+        anything compiled while timed."""
         p, workload = self.p, self._workload
         try:
-            recompiled, profile, memory = "", None, None
-            if workload is not None:
-                recompiled = p.backend.timed_changes(workload)
-                if p.cfg.bench.memory and self.verify_model:
-                    memory = phase_memory.measure(workload, p.device, p.cfg.bench.backward)
-                if p.cfg.bench.profile and self.verify_model:
-                    profile = profiling.record(workload, p.device, p.cfg.bench.profile_iters,
-                                               p.output_dir or Path.cwd())
-                p.backend.finish(workload)
-            return Finished(backend=p.backend.info(), recompiled=recompiled, profile=profile,
-                            memory=memory)
+            with p.backend.context():
+                return self._finish(p, workload)
         finally:
             self.close()
 
+    def _finish(self, p: job.Plan, workload) -> Finished:
+        profile, memory = None, None
+        if workload is not None:
+            if p.cfg.bench.memory and self.verify_model:
+                memory = phase_memory.measure(workload, p.device, p.cfg.bench.backward)
+            if p.cfg.bench.profile and self.verify_model:
+                profile = profiling.record(workload, p.device, p.cfg.bench.profile_iters,
+                                           p.output_dir or Path.cwd())
+            p.backend.finish(workload)
+        return Finished(backend=p.backend.info(), recompiled=self._recompiled, profile=profile,
+                        memory=memory)
+
     def close(self) -> None:
-        self._stack.close()
         self._workload = self._timer = None
 
 

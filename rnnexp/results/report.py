@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from rich.console import Console
@@ -39,10 +40,15 @@ def print_warning(message: str) -> None:
 
 
 class RichProgress:
-    """A progress bar per phase (warmup, timed) of one job; implements timing.Progress."""
+    """A progress bar per phase (warmup, timed) of one job; implements timing.Progress. It is
+    drawn when it advances — between a worker's samples, never while they are taken — not
+    by a thread of its own ten times a second."""
+
+    REDRAW_S = 0.1
 
     def __init__(self, label: str, console: Console = console):
         self._label = label
+        self._drawn = 0.0
         self._bar = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -51,6 +57,7 @@ class RichProgress:
             TimeRemainingColumn(),  # what is left of a long run, from its pace so far
             console=console,
             transient=False,
+            auto_refresh=False,
         )
         self._task: Optional[int] = None
 
@@ -65,10 +72,18 @@ class RichProgress:
         if self._task is not None:
             self._bar.update(self._task, completed=self._bar.tasks[self._task].total)
         self._task = self._bar.add_task(f"{self._label} {name}", total=total)
+        self._draw()
 
     def advance(self) -> None:
         if self._task is not None:
             self._bar.advance(self._task)
+            self._draw()
+
+    def _draw(self) -> None:
+        now = time.monotonic()
+        if now - self._drawn >= self.REDRAW_S:
+            self._drawn = now
+            self._bar.refresh()
 
 
 def _num(value, spec: str) -> str:

@@ -263,6 +263,9 @@ class Interleaving:
     jobs: list[int] = field(default_factory=list)  # their job numbers in the sweep
     rounds: int = 0  # rounds the window ran
     seed: int = 0  # the seed of the rounds' random visiting orders
+    # The window's worker process each of this job's processes ran in (rnnexp.run.blocks): a
+    # number two jobs share is one process, in which they compare paired by process too.
+    workers: list[int] = field(default_factory=list)
 
 
 @dataclass

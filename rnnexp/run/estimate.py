@@ -86,8 +86,9 @@ def work_of(p: job.Plan) -> Optional[Work]:
 
 
 def iterations(p: job.Plan) -> int:
+    """Each process's warm-up, and the timed iterations they share."""
     bench = p.cfg.bench
-    return (bench.warmup + bench.iters) * max(1, bench.processes)
+    return bench.warmup * max(1, bench.processes) + bench.iters
 
 
 def of_plan(p: job.Plan) -> Optional[Estimate]:

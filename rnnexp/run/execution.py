@@ -1,5 +1,5 @@
 """One job from its plan (rnnexp.measure.job) to its Result: `run` measures it — built, verified and
-timed in one or more processes (rnnexp.run.schedule) — with the drift between the
+timed in one or more processes, a window of one (rnnexp.run.interleave) — with the drift between the
 configuration's earlier runs (rnnexp.run.drift) in its interval; `not_run` is the record of a job
 that was declined, crashed or was interrupted."""
 
@@ -37,7 +37,7 @@ from rnnexp.results.result import (
     phase_stats,
     without_rates,
 )
-from rnnexp.run import drift, roofline, schedule
+from rnnexp.run import drift, interleave, roofline, schedule
 
 
 @dataclass
@@ -70,11 +70,12 @@ class History:
 
 
 def execute(p: job.Plan, progress: Optional[Progress] = None) -> Result:
-    """Measure the planned job in its process(es) (rnnexp.run.schedule) and make its Result."""
+    """Measure the planned job in its process(es) (a window of one, rnnexp.run.interleave)
+    and make its Result."""
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     history = History.of(p)
-    m = schedule.measure(p, progress, history.drift)
+    m = interleave.measure(p, progress, history.drift)
     return conclude(p, m, history, started, time.perf_counter() - t0)
 
 

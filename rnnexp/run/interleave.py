@@ -1,16 +1,29 @@
-"""A sweep's configurations measured in interleaved rounds, so that the machine's drift hits
-every configuration alike (randomized multiple interleaved trials, Abedi & Brecht 2017).
+"""A window of configurations measured in interleaved rounds, so that the machine's drift hits
+every configuration alike (randomized multiple interleaved trials, Abedi & Brecht 2017). A
+single run is a window of one.
 
-The configurations of a window are each given their processes (fresh workers,
-rnnexp.measure.isolation): built, verified and warmed up one after the other. Then rounds of timing
-visit every live process of every configuration in a fresh random order each round; each
-visit takes about `bench.round_ms` of samples. Every configuration stops by its own rule
+Set-up: the window's configurations are put in blocks (rnnexp.run.blocks): configurations
+whose process-global state is the same share worker processes (rnnexp.measure.isolation),
+each built once per worker; every configuration gets `bench.processes` processes. Workers
+build, verify (the first process of each configuration) and warm up side by side where the
+cores allow (rnnexp.run.blocks.at_once), one after the other where they do not.
+
+Timing, never side by side: each round visits the workers in a fresh random order, and in
+each worker its configurations in a fresh random order; each visit takes that
+configuration's share of the samples. Only the visited worker runs: the others are stopped
+(`Host.park`) until their turn. Every configuration stops by its own rule
 (rnnexp.run.schedule.stop_reason: count, precision, spread, drift or budget) and leaves the
-rounds; the others go on. Each sample keeps the number of the round it was taken in, so two
-configurations of one window compare paired by round (rnnexp.analysis.significance).
+rounds; the others go on. Each sample of a sweep's window keeps the number of its round, and
+each process the number of its worker, so configurations of one window compare paired by
+round and, in a shared worker, by process (rnnexp.analysis.significance).
 
-A window holds as many configurations as fit: their processes' memory estimates
-(rnnexp.machine.memory) within half of what is free, and at most `bench.window` configurations.
+Around the rounds, one envelope for a window of any size: the machine looked at over the
+set-up (and waited for under bench.quiet), other processes' use of it watched after every
+round (rnnexp.machine.environment.Watch), NVML read while the rounds run.
+
+A sweep's window holds as many configurations as fit: their workers' memory estimates
+(rnnexp.machine.memory) within half of what is free, and at most `bench.window`
+configurations.
 """
 
 from __future__ import annotations
@@ -19,19 +32,25 @@ import copy
 import math
 import random
 import time
+from collections import deque
+from multiprocessing.connection import wait
 from typing import Callable, Optional, Sequence
 
 from rnnexp.errors import Interrupted, JobCrashed, RnnexpError
 from rnnexp.machine import environment, memory
-from rnnexp.measure import job
+from rnnexp.machine.environment import Environment
+from rnnexp.measure import isolation, job
 from rnnexp.measure.timing import Progress
 from rnnexp.results.result import Interleaving
-from rnnexp.run import schedule
-from rnnexp.run.drift import Drift
+from rnnexp.run import blocks, schedule
+from rnnexp.run.drift import UNKNOWN, Drift
 
 # A configuration with a fixed count spreads its samples over at least this many rounds (or
 # one sample a round, if it has fewer): paired by round, fewer say little.
 MIN_ROUNDS = 10
+# Rounds of a lone process with a fixed count: long enough that a round's request and its
+# young-generation collection cost nothing, short enough for a live progress bar.
+SOLO_ROUND_MS = 500.0
 # Share of the free memory a window's processes may take, by their estimates (which are
 # generous already): the rest is left to the machine's other work.
 MEMORY_SHARE = 0.5
@@ -39,138 +58,400 @@ MEMORY_SHARE = 0.5
 
 def share_rounds(configs: Sequence[schedule.Configuration]) -> None:
     """Fixed-count configurations take their samples over the same number of rounds — as
-    many as the longest needs at bench.round_ms a visit, MIN_ROUNDS at least — so that they
+    many as the longest needs at its round_ms a visit, MIN_ROUNDS at least — so that they
     stay in the rounds together and pair up over all of them."""
     fixed = [c for c in configs if schedule.fixed_count(c.bench)]
     if not fixed:
         return
-    rounds = max(MIN_ROUNDS, *(math.ceil(c.bench.iters * c.sample_ms / c.bench.round_ms)
-                               for c in fixed))
+    need = [math.ceil(schedule.quota(c.bench, 0) * c.sample_ms / c.round_ms) for c in fixed]
+    rounds = max(MIN_ROUNDS, *need)
     for c in fixed:
-        c.rounds = min(rounds, c.bench.iters)
+        c.rounds = min(rounds, schedule.quota(c.bench, 0))
+
+
+def needs(plans: Sequence[job.Plan]) -> dict[str, float]:
+    """What a window's workers hold at once, by place ("host", or the device): each
+    configuration's model in each of its processes, its reference once, and on a GPU a
+    context per worker."""
+    used: dict[str, float] = {}
+    for block in blocks.blocks(plans):
+        workers = max(schedule.max_processes(plans[i].cfg.bench) for i in block.members)
+        for i in block.members:
+            p = plans[i]
+            one = memory.estimate(p.cfg, varlen=job.varlen(p.cfg))
+            est = memory.Estimate(schedule.max_processes(p.cfg.bench) * one.device_bytes,
+                                  one.host_bytes)
+            for place, need in memory.needs(est, p.device).items():
+                where = place if place == "host" else str(p.device)  # several GPUs: each own
+                used[where] = used.get(where, 0.0) + need
+        p = plans[block.members[0]]
+        if p.device.type == "cuda":
+            used[str(p.device)] = used.get(str(p.device), 0.0) + workers * memory.CONTEXT_BYTES
+    return used
 
 
 def fits(plans: Sequence[job.Plan], free: Optional[dict[str, int]] = None) -> int:
     """How many of `plans` (in order) one window holds: at most the first plan's
-    `bench.window`, and what their processes hold alive at once (rnnexp.machine.memory.concurrent)
-    within MEMORY_SHARE of what is free (at least one). `free` overrides what is free
-    ({"host": bytes, "<device>": bytes}) for tests of the decision."""
+    `bench.window`, and what their workers hold alive at once (`needs`) within MEMORY_SHARE
+    of what is free (at least one). `free` overrides what is free ({"host": bytes,
+    "<device>": bytes}) for tests of the decision."""
     limit = max(1, plans[0].cfg.bench.window) if plans else 1
     budget: dict[str, float] = {}
-    used: dict[str, float] = {}
     count = 0
-    for p in plans[:limit]:
-        est = memory.concurrent(p.cfg, p.device, varlen=job.varlen(p.cfg),
-                                processes=schedule.max_processes(p.cfg.bench))
-        for place, need in memory.needs(est, p.device).items():
-            where = place if place == "host" else str(p.device)  # several GPUs: each its own
+    for n in range(1, min(limit, len(plans)) + 1):
+        used = needs(plans[:n])
+        for where in used:
             if where not in budget:
                 have = (free or {}).get(where)
                 if have is None:
                     have = memory.free_host_bytes() if where == "host" else \
-                        memory.free_bytes(p.device)
+                        memory.free_bytes(plans[n - 1].device)
                 budget[where] = math.inf if have is None else MEMORY_SHARE * have
-            used[where] = used.get(where, 0.0) + need
-        if count and any(used[w] > budget[w] for w in used):
+        if n > 1 and any(used[w] > budget[w] for w in used):
             break
-        count += 1
+        count = n
     return max(1, count)
 
 
-def measure_window(plans: Sequence[job.Plan], drifts: Sequence[Drift], window: str,
-                   jobs: Sequence[int], seed: int, progress: Optional[Progress] = None
-                   ) -> list[schedule.Measured | BaseException]:
-    """Measure `plans` in interleaved rounds; for each, its Measured or the error that
-    stopped it (RnnexpError / JobCrashed, one line). `jobs`: their job numbers, recorded
-    with the window's id in each Measured."""
-    configs = [schedule.Configuration(p, d) for p, d in zip(plans, drifts, strict=True)]
-    failed: dict[int, BaseException] = {}
-    ended: dict[int, float] = {}  # seconds from the window's start to each one's stop
-    rng = random.Random(seed)
-    t0 = time.perf_counter()
+class Envelope:
+    """What is read of the machine around a window's timed rounds: over the set-up (from
+    construction to `settle`), whether it is quiet enough to start (bench.quiet), then other
+    processes' use of it after every round, and NVML while the rounds run."""
 
-    def live(i: int) -> bool:
-        return i not in failed and configs[i].stopped is None
+    def __init__(self, first: job.Plan):
+        self.plan = first
+        self.set_up = environment.snapshot()
+        self.gpu = environment.GpuSampler(first.device)
+        self.env: Optional[Environment] = None
+        self.watch: Optional[environment.Watch] = None
+        self._timed: Optional[environment.Snapshot] = None
 
-    def guard(i: int, work: Callable[[], object]) -> None:
-        """An error ends that configuration alone."""
+    def settle(self, threads: int, progress: Optional[Progress]) -> Environment:
+        """Right before the first timed sample: the look over the set-up, waited for or
+        refused as bench.quiet says. A set-up shorter than a look's window extends back to
+        the previous window's last look rather than sleeping the rest of the window."""
+        bench = self.plan.cfg.bench
+        env = environment.machine(self.plan.plat.cpu_name)
+        env.quiet = bench.quiet.value
+        env.torch_threads = threads  # the measuring processes', not this one's
+        env.before, env.waited_s = environment.settle(
+            bench.quiet.value, bench.quiet_timeout_s, progress,
+            first=environment.look_since(self.set_up, earlier=environment.last_look()))
+        self.env = env
+        self._timed = environment.snapshot()
+        self.watch = environment.Watch()
+        self.gpu.start()  # NVML is read while the rounds run
+        return env
+
+    def after_round(self) -> None:
+        if self.watch is not None:
+            self.watch.tick()
+
+    def close(self) -> None:
+        """After the last round: what others did while the rounds ran."""
+        if self.env is None or self.watch is None or self._timed is None:
+            return
+        self.env.gpu = self.gpu.stop()
+        # The busiest processes by name: those seen at both ends (a short window is read
+        # together with the set-up); how much others used: the machine's own account.
+        top = environment.look_since(self._timed, earlier=self.set_up)
+        self.env.after = self.watch.look(top)
+
+    def stop(self) -> None:
+        self.gpu.stop()  # a no-op once stopped: ends the sampling thread after an error
+
+
+class Window:
+    """`plans` measured together; see the module's docstring. `window`: its id in a sweep
+    (samples are then tagged with their rounds and results say what they shared), None for a
+    single run. `host`: makes a worker for an interpreter (bench.python, "" for this one);
+    by default an isolation.Worker, or the job's own process (isolation.Local) for a lone
+    configuration that needs no other."""
+
+    def __init__(self, plans: Sequence[job.Plan], drifts: Sequence[Drift],
+                 window: Optional[str], jobs: Sequence[int], seed: int,
+                 progress: Optional[Progress] = None,
+                 host: Optional[Callable[[str], isolation.Host]] = None):
+        self.plans, self.window, self.jobs, self.seed = list(plans), window, list(jobs), seed
+        self.progress = progress
+        lone = len(plans) == 1 and schedule.max_processes(plans[0].cfg.bench) == 1 \
+            and schedule.fixed_count(plans[0].cfg.bench)
+        # A lone process with a fixed count has no one to take turns with: its rounds only
+        # pace the progress bar.
+        round_ms = SOLO_ROUND_MS if lone else None
+        self.configs = [schedule.Configuration(p, d, round_ms=round_ms)
+                        for p, d in zip(plans, drifts, strict=True)]
+        self.blocks = blocks.blocks(plans)
+        local = window is None and len(plans) == 1 and schedule.in_job_process(plans[0])
+        self.make_host = host or (lambda python: isolation.Local() if local
+                                  else isolation.Worker(python or None))
+        self.hosts: list[isolation.Host] = []
+        self.parking = False  # set once timing starts: only the visited worker runs
+        self.awake: set[int] = set()
+        self.failed: dict[int, BaseException] = {}
+        self.to_drop: list[schedule.Share] = []  # failed configurations' other processes
+        self.ended: dict[int, float] = {}  # seconds from the start to each one's stop
+        self.rng = random.Random(seed)
+        self.index = 0
+        self.t0 = time.perf_counter()
+        self.envelope: Optional[Envelope] = None
+
+    # --- what each configuration goes through ---------------------------------------------
+
+    def live(self, i: int) -> bool:
+        return i not in self.failed and self.configs[i].stopped is None
+
+    def guard(self, i: int, work: Callable[[], object], host: int = -1) -> None:
+        """An error ends that configuration alone; a worker that died ends every
+        configuration it hosted."""
         try:
             work()
         except RnnexpError as err:
-            failed[i] = err
+            self.fail(i, err)
+            if host >= 0 and isinstance(err, JobCrashed) and not self.hosts[host].alive():
+                for j in self.hosted(host):
+                    self.fail(j, JobCrashed(f"its worker process died while measuring "
+                                            f"another configuration ({err})"))
         except Exception as err:  # one configuration's crash, recorded for it alone
-            failed[i] = JobCrashed(memory.crash_line(configs[i].plan.cfg.shape, err))
-        else:
-            if configs[i].stopped is not None and i not in ended:
-                ended[i] = time.perf_counter() - t0
+            self.fail(i, JobCrashed(memory.crash_line(self.plans[i].cfg.shape, err)))
+
+    def fail(self, i: int, err: BaseException) -> None:
+        if i in self.failed or i in self.ended:
             return
-        configs[i].close()
+        self.failed[i] = err
+        self.to_drop.extend(self.configs[i].shares)
 
-    set_up = environment.snapshot()
-    gpu = environment.GpuSampler(plans[0].device)
-    index, env = 0, None
+    def drop_failed(self) -> None:
+        """What failed configurations hold in shared workers is freed (between requests:
+        never while a worker is answering another)."""
+        while self.to_drop:
+            share = self.to_drop.pop()
+            if share.host.alive():
+                self._call(share.worker, lambda s=share: self._drop(s))
 
-    def finished() -> dict[int, schedule.Measured]:
+    @staticmethod
+    def _drop(share: schedule.Share) -> None:
+        try:
+            share.host.request("drop", share.slot)
+            share.host.answer()
+        except RnnexpError:
+            pass
+
+    def hosted(self, worker: int) -> list[int]:
+        """The live configurations with a process in worker `worker`."""
+        return [i for i, c in enumerate(self.configs)
+                if self.live(i) and any(s.worker == worker for s in c.shares)]
+
+    def _call(self, worker: int, work: Callable[[], object]) -> None:
+        """`work` with worker `worker` running; once timing started, stopped again
+        afterwards (unless an outer call woke it)."""
+        if not self.parking or worker in self.awake:
+            work()
+            return
+        host = self.hosts[worker]
+        host.unpark()
+        self.awake.add(worker)
+        try:
+            work()
+        finally:
+            self.awake.discard(worker)
+            host.park()
+
+    # --- set-up ---------------------------------------------------------------------------
+
+    def new_host(self, python: str) -> int:
+        self.hosts.append(self.make_host(python))
+        return len(self.hosts) - 1
+
+    def set_up(self) -> None:
+        """Every block's workers, each configuration in the first `bench.processes` of its
+        block's; as many workers set up at once as the cores allow."""
+        tasks: dict[int, deque] = {}
+        for block in self.blocks:
+            for position in range(block.processes):
+                w = self.new_host(block.python)
+                tasks[w] = deque((i, position == 0) for i in block.members
+                                 if position < self.plans[i].cfg.bench.processes)
+        total = sum(len(t) for t in tasks.values())
+        self._phase(f"{len(self.configs)} configuration{'s' * (len(self.configs) > 1)} in "
+                    f"{len(self.hosts)} process{'es' * (len(self.hosts) > 1)}: build, verify, "
+                    "warm up", total)
+        self.run_tasks(tasks, blocks.at_once(self.plans, len(self.hosts)))
+
+    def run_tasks(self, tasks: dict[int, deque], at_once: int) -> None:
+        """Each worker's configurations set up one after the other, `at_once` workers side
+        by side."""
+        active: dict[int, int] = {}  # worker → configuration it is setting up
+        waiting = deque(w for w, t in tasks.items() if t)
+        while waiting or active:
+            while waiting and len(active) < at_once:
+                w = waiting.popleft()
+                started = self._start_next(w, tasks[w])
+                if started is not None:
+                    active[w] = started
+                elif tasks[w]:
+                    waiting.append(w)
+            for w in self._answered(active):
+                i = active.pop(w)
+                self.guard(i, lambda w=w, i=i: self.configs[i].add(schedule.Share(
+                    self.hosts[w], i, w, self.hosts[w].answer())), host=w)
+                if self.progress:
+                    self.progress.advance()
+                if tasks[w]:
+                    waiting.append(w)
+
+    def _start_next(self, w: int, todo: deque) -> Optional[int]:
+        """Ask worker `w` to set up its next configuration that has not failed."""
+        while todo:
+            i, verify = todo.popleft()
+            if i not in self.failed:
+                self.guard(i, lambda i=i, verify=verify: self.hosts[w].request(
+                    "add", i, self.plans[i], verify), host=w)
+                if i not in self.failed:
+                    return i
+            if self.progress:
+                self.progress.advance()
+        return None
+
+    def _answered(self, active: dict[int, int]) -> list[int]:
+        """Workers of `active` whose answer is ready (waiting a second at most)."""
+        conns = {getattr(self.hosts[w], "connection", None): w for w in active}
+        if None in conns:  # the job's own process answers at once
+            return list(active)
+        ready = wait(list(conns), timeout=1.0)
+        dead = [w for w in active if not self.hosts[w].alive()]
+        return sorted({conns[c] for c in ready} | set(dead))  # a dead one answers its error
+
+    # --- timing ---------------------------------------------------------------------------
+
+    def park_all(self) -> None:
+        """From now on only the worker asked runs."""
+        self.parking = True
+        for host in self.hosts:
+            host.park()
+
+    def rounds(self) -> None:
+        """Rounds until every configuration stopped (or failed)."""
+        self._phase("timed samples", sum(c.bench.iters for i, c in enumerate(self.configs)
+                                         if self.live(i)))
+        while any(self.live(i) for i in range(len(self.configs))):
+            order = [w for w in range(len(self.hosts)) if self.hosted(w)]
+            self.rng.shuffle(order)  # a fresh random order every round
+            for w in order:
+                self._call(w, lambda w=w: self.visit_worker(w))
+            assert self.envelope is not None
+            self.envelope.after_round()
+            for i in range(len(self.configs)):
+                if self.live(i):
+                    self.guard(i, lambda i=i: self.after_round(i))
+            self.drop_failed()
+            self.index += 1
+
+    def visit_worker(self, w: int) -> None:
+        visits = [(i, s) for i in self.hosted(w)
+                  for s, share in enumerate(self.configs[i].shares) if share.worker == w]
+        self.rng.shuffle(visits)
+        tag = self.window is not None
+        for i, s in visits:
+            if self.live(i):
+                self.guard(i, lambda i=i, s=s: self._advance(
+                    self.configs[i].visit(s, self.index, tag)), host=w)
+
+    def _advance(self, n: int) -> None:
+        if self.progress:
+            for _ in range(n):
+                self.progress.advance()
+
+    def after_round(self, i: int) -> None:
+        """Its stopping rule — its budget counts its own timed seconds — then its processes
+        finish, or it gets one more process while it asks for one."""
+        c = self.configs[i]
+        if c.after_round(c.timed_s):
+            for share in c.shares:
+                self._call(share.worker, lambda share=share: c.finish(share))
+            self.ended[i] = time.perf_counter() - self.t0
+        elif c.wants_process():
+            self.add_process(i)
+
+    def add_process(self, i: int) -> None:
+        """One more process for a configuration with a precision target: a worker of its
+        own block's kind, set up while the others wait."""
+        block = next(b for b in self.blocks if i in b.members)
+        w = self.new_host(block.python)
+        host = self.hosts[w]
+
+        def set_up() -> None:
+            host.request("add", i, self.plans[i], False)
+            self.configs[i].add(schedule.Share(host, i, w, host.answer()))
+
+        self._call(w, set_up)
+        if self.envelope is not None and self.envelope.watch is not None:
+            self.envelope.watch.refresh()
+
+    # --- the whole window -----------------------------------------------------------------
+
+    def measure(self) -> list[schedule.Measured | BaseException]:
+        self.envelope = Envelope(self.plans[0])
+        try:
+            self.set_up()
+            self.drop_failed()
+            self.park_all()
+            share_rounds([c for i, c in enumerate(self.configs) if self.live(i)])
+            ready = next((c.readies[0] for i, c in enumerate(self.configs) if self.live(i)),
+                         None)
+            self.envelope.settle(ready.threads if ready else 0, self.progress)
+            self.rounds()
+            self.envelope.close()
+        except (KeyboardInterrupt, Interrupted) as err:
+            # What finished before the signal is a measurement: it goes with the error.
+            err.finished = self.finished()  # type: ignore[union-attr]
+            raise
+        finally:
+            self.envelope.stop()
+            self.close()
+        done = self.finished()
+        return [self.failed[i] if i in self.failed else done[self.jobs[i]]
+                for i in range(len(self.configs))]
+
+    def finished(self) -> dict[int, schedule.Measured]:
         """Job number → Measured, of the configurations that stopped by their own rule."""
-        record = Interleaving(window=window, jobs=list(jobs), rounds=index, seed=seed)
-        return {jobs[i]: configs[i].measured(ended[i], copy.deepcopy(env), copy.copy(record))
-                for i in ended if i not in failed}
+        env = self.envelope.env if self.envelope else None
+        if env is None:
+            return {}
+        record = Interleaving(window=self.window, jobs=list(self.jobs), rounds=self.index,
+                              seed=self.seed) if self.window is not None else None
+        return {self.jobs[i]: self.configs[i].measured(self.ended[i], copy.deepcopy(env),
+                                                        copy.deepcopy(record))
+                for i in self.ended if i not in self.failed}
 
-    try:
-        _phase(progress, f"{len(configs)} configurations: build, verify, warm up",
-               sum(c.bench.processes for c in configs))
-        for i, c in enumerate(configs):
-            for _ in range(c.bench.processes):
-                guard(i, c.add_process)
-                if progress:
-                    progress.advance()
-        share_rounds([c for i, c in enumerate(configs) if live(i)])
-        bench = plans[0].cfg.bench
-        env = environment.machine(plans[0].plat.cpu_name)
-        env.quiet = bench.quiet.value
-        ready = next((c.readies[0] for i, c in enumerate(configs) if live(i)), None)
-        env.torch_threads = ready.threads if ready else 0
-        env.before, env.waited_s = environment.settle(
-            bench.quiet.value, bench.quiet_timeout_s, progress,
-            first=environment.look_since(set_up, earlier=environment.last_look()))
-        timed = environment.snapshot()
-        gpu.start()  # NVML is read while the rounds run
-        _phase(progress, "interleaved rounds", None)
-        while any(live(i) for i in range(len(configs))):
-            visits = [(i, s) for i, c in enumerate(configs) if live(i)
-                      for s in range(len(c.shares))]
-            rng.shuffle(visits)  # a fresh random order every round
-            for i, s in visits:
-                if live(i):
-                    guard(i, lambda i=i, s=s, r=index: configs[i].visit(s, r))
-            for i, c in enumerate(configs):
-                if live(i):
-                    guard(i, lambda c=c: _after_round(c))
-            index += 1
-            if progress:
-                progress.advance()
-        env.gpu = gpu.stop()
-        env.after = environment.look_since(timed, earlier=set_up)
-    except (KeyboardInterrupt, Interrupted) as err:
-        # What finished before the signal is a measurement: it goes with the error.
-        err.finished = finished() if env is not None else {}  # type: ignore[union-attr]
-        raise
-    finally:
-        gpu.stop()
-        for c in configs:
-            c.close()
-    done = finished()
-    return [failed[i] if i in failed else done[jobs[i]] for i in range(len(configs))]
+    def close(self) -> None:
+        for host in self.hosts:  # asked together, then each waited for
+            host.exit()
+        for host in self.hosts:
+            host.close()
+
+    def _phase(self, name: str, total: Optional[int]) -> None:
+        if self.progress:
+            self.progress.phase(name, total)  # type: ignore[arg-type]
 
 
-def _after_round(c: schedule.Configuration) -> None:
-    """The configuration's own stopping rule (its budget counts its own timed seconds), and
-    one more process while it asks for one."""
-    c.after_round(c.timed_s)
-    if c.wants_process():
-        c.add_process()
+def measure_window(plans: Sequence[job.Plan], drifts: Sequence[Drift], window: Optional[str],
+                   jobs: Sequence[int], seed: int, progress: Optional[Progress] = None
+                   ) -> list[schedule.Measured | BaseException]:
+    """Measure `plans` together in interleaved rounds; for each, its Measured or the error
+    that stopped it (RnnexpError / JobCrashed, one line). `window`: the window's id in a
+    sweep, recorded with its `jobs` (their job numbers) in each Measured; None for a single
+    run. On KeyboardInterrupt or Interrupted the error carries `finished`: job number →
+    Measured of what stopped before it."""
+    return Window(plans, drifts, window, jobs, seed, progress).measure()
 
 
-def _phase(progress: Optional[Progress], name: str, total: Optional[int]) -> None:
-    if progress:
-        progress.phase(name, total)
+def measure(planned: job.Plan, progress: Optional[Progress] = None,
+            runs_drift: Drift = UNKNOWN) -> schedule.Measured:
+    """One configuration alone: a window of one. `runs_drift`: its drift between its
+    earlier runs, for the stopping rule. Raises what stopped it."""
+    (outcome,) = measure_window([planned], [runs_drift], None, [0],
+                                int(time.time_ns() % (1 << 31)), progress)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome

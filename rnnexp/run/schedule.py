@@ -1,65 +1,49 @@
-"""How a configuration is measured across processes: how many, in which order, and when to
-stop.
+"""How a configuration is measured across processes: how many, how many samples each, and
+when to stop.
 
-`bench.processes` fresh processes measure one configuration, each with its own build and
-warm-up. Their timed samples are taken in interleaved rounds (process 1 runs a round of
-about `bench.round_ms`, then process 2, ..., then process 1 again), so drift on the machine
-hits every process alike. With a precision target (`bench.precision`) the scheduler adds
-processes, up to `bench.max_processes`, until the between-process interval
-(stats.between_processes: where a new run's median is expected to fall) lies within
-±precision of its center — or until the spread between the processes shows that the most
-processes allowed could not get there (t(k−1)·s·√(1+1/k) at k = max_processes is wider than
-the target: stopped = "spread"), or the configuration's drift between its earlier runs
-(rnnexp.run.drift) alone is wider than the target (stopped = "drift"), or `bench.budget_s` runs
-out. The reported interval then says how precise it got. One process of a
-backend that needs no isolation runs in the job's own process; every other process is a
-worker (rnnexp.measure.isolation).
+The process is the replicate: `bench.processes` processes measure a configuration, each with
+its own build and warm-up, and share its `bench.iters` timed samples between them. They take
+their samples in interleaved rounds (rnnexp.run.interleave) with every other process of the
+window, so drift on the machine hits every process alike. With a precision target
+(`bench.precision`) processes are added, up to `bench.max_processes`, until the
+between-process interval (stats.between_processes: where a new run's median is expected to
+fall) lies within ±precision of its center — or until the spread between the processes shows
+that the most processes allowed could not get there (t(k−1)·s·√(1+1/k) at k = max_processes is
+wider than the target: stopped = "spread"), or the configuration's drift between its earlier
+runs (rnnexp.run.drift) alone is wider than the target (stopped = "drift"), or `bench.budget_s`
+runs out. The reported interval then says how precise it got.
 
-A `Configuration` holds one configuration's processes, samples and stopping rule; `measure`
-runs one alone, rnnexp.run.interleave runs a sweep's configurations together in shared rounds.
+A `Configuration` holds one configuration's processes (`Share`: a slot of a worker process,
+rnnexp.measure.isolation), their samples and its stopping rule; rnnexp.run.interleave decides
+which process hosts it and when each is visited.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass
-from typing import Optional, Protocol
+from dataclasses import dataclass, field
+from typing import Optional
 
 from rnnexp.config import targets
 from rnnexp.config.schema import BenchConfig, Config
-from rnnexp.machine import environment, memory
+from rnnexp.machine import memory
 from rnnexp.machine.environment import Environment
-from rnnexp.measure import isolation, job
-from rnnexp.measure.measurer import Finished, Measurer, Ready, Round
+from rnnexp.measure import job
+from rnnexp.measure.isolation import Host
+from rnnexp.measure.measurer import Finished, Ready
 from rnnexp.measure.phase_memory import PhaseMemory
 from rnnexp.measure.profiling import ProfileInfo
-from rnnexp.measure.timing import Progress, Samples
+from rnnexp.measure.timing import Samples
 from rnnexp.results import stats
 from rnnexp.results.result import Interleaving
 from rnnexp.run.drift import UNKNOWN, Drift
 
 # Why the measurement stopped.
-BY_COUNT = "iters"  # every process ran bench.iters samples
+BY_COUNT = "iters"  # every process ran its share of bench.iters samples
 BY_PRECISION = "precision"  # the interval met bench.precision
 BY_SPREAD = "spread"  # the spread between processes alone exceeds bench.precision
 BY_DRIFT = "drift"  # the drift between runs (rnnexp.run.drift) alone exceeds bench.precision
 BY_BUDGET = "budget"  # bench.budget_s ran out
-# Rounds of a lone process with a fixed count: long enough that a round's request and its
-# young-generation collection cost nothing, short enough for a live progress bar.
-SOLO_ROUND_MS = 500.0
-
-
-class Share(Protocol):
-    """A process measuring its share: rnnexp.measure.measurer.Measurer or isolation.Worker."""
-
-    def setup(self) -> Ready: ...
-
-    def round(self, n: int, block: int) -> Round: ...
-
-    def finish(self) -> Finished: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -68,7 +52,7 @@ class Measured:
     per_process: list[Samples]
     backend: dict
     stopped: str
-    wall_s: float  # from the first process's start to the last one's end
+    wall_s: float  # from the start of its window to its stop
     setup_s: float = 0.0  # summed over processes
     warmup_s: float = 0.0
     timed_s: float = 0.0
@@ -108,6 +92,13 @@ def max_processes(bench: BenchConfig) -> int:
     return memory.processes_at_once(bench)
 
 
+def quota(bench: BenchConfig, process: int) -> int:
+    """The timed samples process number `process` takes: `bench.iters` shared between the
+    most processes the configuration may have (at least one each)."""
+    k = max_processes(bench)
+    return max(1, bench.iters // k + (process < bench.iters % k))
+
+
 def fixed_count(bench: BenchConfig) -> bool:
     """Measured to `bench.iters` samples, with nothing to stop on earlier."""
     return bench.precision is None and bench.budget_s is None
@@ -136,7 +127,7 @@ def stop_reason(bench: BenchConfig, per_process: list[Samples], elapsed_s: float
     if bench.budget_s is not None and elapsed_s >= bench.budget_s and min(counts) >= 1 \
             and k >= bench.processes:
         return BY_BUDGET
-    if min(counts) >= bench.iters and k >= max_processes(bench):
+    if all(n >= quota(bench, i) for i, n in enumerate(counts)) and k >= max_processes(bench):
         return BY_COUNT
     return None
 
@@ -146,64 +137,98 @@ def between(per_process: list[Samples], runs_drift: Drift = UNKNOWN) -> dict[str
                                    drift=runs_drift.spread, drift_runs=runs_drift.runs)
 
 
+@dataclass
+class Share:
+    """One process of a configuration: slot `slot` of `host`, the window's worker `worker`."""
+
+    host: Host
+    slot: int
+    worker: int
+    ready: Ready
+    samples: Samples = field(default_factory=Samples)
+
+
 class Configuration:
     """One configuration while it is measured: its processes, their samples and where its
-    stopping rule stands. `measure` measures one alone; rnnexp.run.interleave several in shared
-    rounds. `rounds`: a fixed count spread over this many rounds (0: each visit takes about
-    `round_ms` of samples)."""
+    stopping rule stands. `rounds`: a fixed count spread over this many rounds (0: each
+    visit takes about `round_ms` of samples)."""
 
-    def __init__(self, planned: job.Plan, runs_drift: Drift = UNKNOWN, *,
-                 in_workers: bool = True, round_ms: Optional[float] = None):
-        self.plan, self.drift, self.in_workers = planned, runs_drift, in_workers
+    def __init__(self, planned: job.Plan, runs_drift: Drift = UNKNOWN,
+                 round_ms: Optional[float] = None):
+        self.plan, self.drift = planned, runs_drift
         self.bench: BenchConfig = planned.cfg.bench
         self.round_ms = round_ms or self.bench.round_ms
         self.rounds = 0
         self.shares: list[Share] = []
-        self.readies: list[Ready] = []
-        self.per_process: list[Samples] = []
         self.timed_s = 0.0
-        self.sample_ms = 1.0
         self.stopped: Optional[str] = None
         self.finished: list[Finished] = []
 
-    def add_process(self) -> None:
-        """One more process: built, verified (the first only) and warmed up."""
-        verify_model = not self.shares
-        share: Share = isolation.Worker(self.plan, verify_model=verify_model) \
-            if self.in_workers else Measurer(self.plan, verify_model=verify_model)
-        self.shares.append(share)
-        self.readies.append(share.setup())
-        self.per_process.append(Samples(block=self.readies[0].block))
-        self.sample_ms = max(self.readies[0].iteration_ms * self.readies[0].block, 1e-3)
+    @property
+    def readies(self) -> list[Ready]:
+        return [s.ready for s in self.shares]
 
-    def visit(self, share: int, index: Optional[int] = None) -> int:
-        """A round's samples of one of its processes (tagged with interleaved round
-        `index`, if any); how many it took."""
-        bench, have = self.bench, len(self.per_process[share].forward_ms)
-        if self.rounds and index is not None:  # its share of the count by this round's end
-            n = math.ceil((index + 1) * bench.iters / self.rounds) - have
+    @property
+    def per_process(self) -> list[Samples]:
+        return [s.samples for s in self.shares]
+
+    @property
+    def block(self) -> int:
+        """One block size for every process: the verifying one's (it warmed up first)."""
+        return self.shares[0].ready.block if self.shares else 1
+
+    @property
+    def sample_ms(self) -> float:
+        """A sample's duration: the median so far, else the first process's warm-up."""
+        measured = [s for s in self.per_process if s.forward_ms]
+        if measured:
+            return max(stats.median(measured[0].total_ms), 1e-3)
+        if not self.shares:
+            return 1.0
+        first = self.shares[0].ready
+        return max(first.iteration_ms * first.block, 1e-3)
+
+    def add(self, share: Share) -> None:
+        """A process set up (built, verified if first, warmed up); kept in worker order so
+        that the verifying process stays first."""
+        share.samples = Samples(block=self.block)
+        self.shares.append(share)
+        self.shares.sort(key=lambda s: (s.ready.verification is None, s.worker))
+        for s in self.shares:
+            s.samples.block = self.block
+
+    def visit(self, i: int, index: Optional[int] = None, tag: bool = False) -> int:
+        """A round's samples of its process `i`: in round `index` its share of the count by
+        the round's end, else about `round_ms` of samples; tagged with the round when `tag`.
+        How many it took."""
+        share, bench = self.shares[i], self.bench
+        have, most = len(share.samples.forward_ms), quota(bench, i)
+        if self.rounds and index is not None:
+            n = math.ceil((index + 1) * most / self.rounds) - have
         else:
             # A round brings a process at least to its minimum: no stop is asked about before
             # every process has it, so a shorter round only adds a round trip.
             n = max(1, math.ceil(self.round_ms / self.sample_ms), bench.min_iters - have)
-        n = min(bench.iters - have, n)
+        n = min(most - have, n)
         if n <= 0:
             return 0
-        done = self.shares[share].round(n, self.readies[0].block)  # one block size for all
-        samples = done.samples if index is None else done.samples.in_round(index)
-        self.per_process[share].extend(samples)
+        share.host.request("round", share.slot, n, self.block)
+        done = share.host.answer()
+        samples = done.samples.in_round(index) if tag and index is not None else done.samples
+        share.samples.extend(samples)
         self.timed_s += done.seconds
         return len(samples.forward_ms)
 
-    def after_round(self, elapsed_s: float) -> None:
-        """Its stopping rule, after a round; once stopped, its processes finish (still inside
-        their backend's context: what was compiled while timed, the profile)."""
-        measured = [s for s in self.per_process if s.forward_ms]
-        if measured:
-            self.sample_ms = max(stats.median(measured[0].total_ms), 1e-3)
+    def after_round(self, elapsed_s: float) -> Optional[str]:
+        """Its stopping rule after a round: why it stops (None: it goes on)."""
         self.stopped = stop_reason(self.bench, self.per_process, elapsed_s, self.drift)
-        if self.stopped:
-            self.finished = [share.finish() for share in self.shares]
+        return self.stopped
+
+    def finish(self, share: Share) -> None:
+        """A stopped process's last request (still inside its backend's context: what was
+        compiled while timed, the profile, peak memory)."""
+        share.host.request("finish", share.slot)
+        self.finished.append(share.host.answer())
 
     def wants_process(self) -> bool:
         """Only more processes narrow the between-process interval: one more once every
@@ -214,8 +239,10 @@ class Configuration:
 
     def measured(self, wall_s: float, env: Optional[Environment],
                  interleaving: Optional[Interleaving] = None) -> Measured:
-        assert self.stopped is not None, "after_round() said stop first"
+        assert self.stopped is not None and self.finished, "stopped and finished first"
         first = self.finished[0]
+        if interleaving is not None:
+            interleaving.workers = [s.worker for s in self.shares]
         return Measured(
             ready=self.readies[0], per_process=self.per_process, backend=first.backend,
             stopped=self.stopped, wall_s=wall_s, setup_s=sum(r.setup_s for r in self.readies),
@@ -224,77 +251,3 @@ class Configuration:
             interleaving=interleaving,
             recompiled="; ".join(dict.fromkeys(f.recompiled for f in self.finished
                                                if f.recompiled)))
-
-    def close(self) -> None:
-        for share in self.shares:
-            share.close()
-
-
-def measure(planned: job.Plan, progress: Optional[Progress] = None,
-            runs_drift: Drift = UNKNOWN) -> Measured:
-    """One configuration alone: its processes take turns in rounds until it stops.
-    `runs_drift`: the configuration's drift between its earlier runs, for the stopping
-    rule."""
-    bench = planned.cfg.bench
-    # One process with nothing to stop on early has no one to take turns with: its rounds
-    # only pace the progress bar.
-    alone = max_processes(bench) == 1 and fixed_count(bench)
-    c = Configuration(planned, runs_drift, in_workers=not in_job_process(planned),
-                      round_ms=max(bench.round_ms, SOLO_ROUND_MS) if alone else None)
-    t0 = time.perf_counter()
-    # What other processes do is read over the set-up (build, verify, warm-up: up to right
-    # before timing; waited for, or refused, as bench.quiet says) and over the timed samples.
-    set_up = environment.snapshot()
-    gpu = environment.GpuSampler(planned.device)
-    try:
-        _add(c, bench.processes, progress)
-        env = environment.machine(planned.plat.cpu_name)
-        env.quiet = bench.quiet.value
-        env.torch_threads = c.readies[0].threads  # the measuring process's, not this one's
-        # A set-up shorter than a look's window extends back to the previous job's last look
-        # (in a sweep) rather than sleeping the rest of the window (~0.05 s a small job).
-        env.before, env.waited_s = environment.settle(
-            bench.quiet.value, bench.quiet_timeout_s, progress,
-            first=environment.look_since(set_up, earlier=environment.last_look()))
-        timed = environment.snapshot()
-        gpu.start()  # NVML is read while the rounds run
-        if progress:
-            progress.phase("timed", bench.iters * max_processes(bench))
-        while c.stopped is None:
-            for share in range(len(c.shares)):
-                for _ in range(c.visit(share)):
-                    if progress:
-                        progress.advance()
-            c.after_round(time.perf_counter() - t0)
-            if c.wants_process():
-                _add(c, 1, progress)
-        env.gpu = gpu.stop()
-        # Timed samples shorter than a look's shortest window are read with the set-up.
-        env.after = environment.look_since(timed, earlier=set_up)
-    finally:
-        gpu.stop()  # a no-op once stopped: ends the sampling thread after an error
-        c.close()
-    return c.measured(time.perf_counter() - t0, env)
-
-
-def _add(c: Configuration, count: int, progress: Optional[Progress]) -> None:
-    """Start `count` more processes, one after the other, each once the previous one is
-    warm: every process uses all the threads it is given, and side by side their builds,
-    verification and warm-ups (OpenMP threads spinning on busy cores) took several times as
-    long as one after the other."""
-    first = len(c.shares)
-    names = f"{first + 1}" if count == 1 else f"{first + 1}–{first + count}"
-    _phase(progress, f"process {names} build" + (" + verify" if first == 0 else ""))
-    for _ in range(count):
-        c.add_process()
-    _phase(progress, None)
-
-
-def _phase(progress: Optional[Progress], name: Optional[str]) -> None:
-    """A one-step progress phase around work that is not timed samples."""
-    if progress is None:
-        return
-    if name is None:
-        progress.advance()
-    else:
-        progress.phase(name, 1)

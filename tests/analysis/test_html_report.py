@@ -161,11 +161,13 @@ def test_the_forest_plot_has_every_verdict_and_the_gate(compared, page):  # noqa
     open_report(page, compared[0])
     rows = page.locator("table.verdicts tbody tr")
     assert rows.count() == 2  # jit·aten against lstm·aten, forward and backward
-    assert rows.locator("td:nth-child(8)").all_inner_texts() == ["slower — regression"] * 2
+    # Two processes a side, each its own: the processes column says so.
+    assert rows.locator("td:nth-child(8)").all_inner_texts() == ["2/2"] * 2
+    assert rows.locator("td:nth-child(9)").all_inner_texts() == ["slower — regression"] * 2
     forest = page.locator("#fig-forest")
     assert forest.locator("path.point").count() == 2
     assert "gate: 10% slower" in forest.inner_text()
-    methods = set(rows.locator("td:nth-child(9)").all_inner_texts())
+    methods = set(rows.locator("td:nth-child(10)").all_inner_texts())
     assert methods == {"paired by round"}
 
 
@@ -229,7 +231,7 @@ def test_two_sweeps_show_what_differs_between_their_environments(real_sweep, tmp
     assert differs.locator("th").all_inner_texts() == ["code (git commit)"]
     assert "ffffffffffff" in differs.inner_text()
     # The same measurements on both sides: never called different.
-    verdicts = page.locator("table.verdicts tbody td:nth-child(8)").all_inner_texts()
+    verdicts = page.locator("table.verdicts tbody td:nth-child(9)").all_inner_texts()
     assert len(verdicts) == 5 and set(verdicts) <= {"~", "cannot tell"}
 
 

@@ -3,12 +3,14 @@ measured in several of them, and crashes or signals that end them."""
 
 import os
 import signal
+import time
 
+import psutil
 import pytest
 
 from rnnexp.app.config_check import check
 from rnnexp.config import schema
-from rnnexp.errors import JobCrashed
+from rnnexp.errors import JobCrashed, RnnexpError
 from rnnexp.measure import isolation, job
 from rnnexp.run import execution, schedule
 
@@ -17,7 +19,10 @@ SMALL = ["model=lstm", "backend=aten", "device=cpu", "shape=small", "bench=quick
 
 
 def planned(*overrides):
-    (cfg,) = check([*SMALL, *overrides], multirun=False)
+    """SMALL with `overrides` (which replace SMALL's entries for the same key)."""
+    given = {o.split("=", 1)[0] for o in overrides}
+    (cfg,) = check([*(o for o in SMALL if o.split("=", 1)[0] not in given), *overrides],
+                   multirun=False)
     return job.plan(cfg, {"model": "lstm", "backend": "aten"}, list(overrides))
 
 
@@ -28,13 +33,14 @@ def test_one_process_of_a_plain_backend_runs_in_the_job_process():
 
 
 def test_several_processes_give_the_between_process_interval():
-    result = execution.execute(planned("bench.processes=3", "bench.iters=4"))
+    result = execution.execute(planned("bench.processes=3", "bench.iters=6"))
     assert result.status == "ok" and result.verification.status == "passed"
     total = result.phases["total"]
     assert total.processes == 3 and len(total.process_medians_ms) == 3
     assert total.between_low_ms <= min(total.process_medians_ms)
     assert total.between_high_ms >= max(total.process_medians_ms)
-    assert total.n == 12 and result.timing.timed_iters == 12  # 4 samples in each process
+    # bench.iters is the configuration's: 2 samples in each process.
+    assert total.n == 6 and result.timing.timed_iters == 6
     assert result.timing.processes == 3 and result.timing.stopped == "iters"
     assert result.timing.setup_s > 0 and result.timing.timed_s > 0
 
@@ -47,19 +53,59 @@ def test_adaptive_stops_with_a_reason_and_records_its_interval():
     assert result.phases["total"].between_low_ms is not None
 
 
+def set_up(worker: isolation.Worker, slot: int = 0, *overrides: str):
+    worker.request("add", slot, planned(*overrides), False)
+    return worker.answer()
+
+
 def test_a_worker_that_dies_is_a_crash_not_a_hang():
-    worker = isolation.Worker(planned(), verify_model=False)
-    worker.setup()
-    os.kill(worker._proc.pid, signal.SIGKILL)
+    worker = isolation.Worker()
+    set_up(worker)
+    os.kill(worker.pid, signal.SIGKILL)
     with pytest.raises(JobCrashed, match="worker process"):
-        worker.round(2, 1)
+        worker.request("round", 0, 2, 1)
+        worker.answer()
     worker.close()
 
 
-def test_closing_unfinished_workers_ends_them():
-    workers = [isolation.Worker(planned(), verify_model=False) for _ in range(2)]
+def stopped(pid: int) -> bool:
+    """The process reaches the stopped state (a signal is delivered asynchronously)."""
+    deadline = time.monotonic() + 10
+    while psutil.Process(pid).status() != psutil.STATUS_STOPPED:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_closing_unfinished_workers_ends_them_stopped_or_not():
+    workers = [isolation.Worker() for _ in range(2)]
     for w in workers:
-        w.setup()
+        set_up(w)
+    workers[0].park()
+    assert stopped(workers[0].pid)
     for w in workers:
         w.close()
-    assert not any(w._proc.is_alive() for w in workers)
+    assert not any(w.alive() for w in workers)
+
+
+def test_one_worker_hosts_several_configurations_and_an_error_ends_only_its_own():
+    worker = isolation.Worker()
+    try:
+        lstm = set_up(worker, 0)
+        gru = set_up(worker, 1, "model=gru")
+        assert lstm.work.flops_fwd != gru.work.flops_fwd
+        with pytest.raises(RnnexpError, match="bench.num_threads"):
+            set_up(worker, 2, "bench.num_threads=0")
+        for slot in (0, 1):
+            worker.request("round", slot, 2, 1)
+            assert len(worker.answer().samples.forward_ms) == 2
+        worker.request("finish", 1)
+        assert worker.answer().backend["name"] == "aten"
+        worker.request("round", 1, 1, 1)  # finished: its slot is gone, the worker is not
+        with pytest.raises(JobCrashed, match="slot 1"):
+            worker.answer()
+        worker.request("round", 0, 1, 1)
+        assert len(worker.answer().samples.forward_ms) == 1
+    finally:
+        worker.close()

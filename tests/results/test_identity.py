@@ -14,8 +14,14 @@ from rnnexp.results.result import OK, Result
 BASE = ["model=lstm", "backend=aten", "device=cpu", "shape=small", "bench=quick"]
 
 
+def with_base(*overrides: str) -> list[str]:
+    """BASE with `overrides` in place of its own entries for the same keys (a key is given once)."""
+    keys = {o.split("=", 1)[0] for o in overrides}
+    return [o for o in BASE if o.split("=", 1)[0] not in keys] + list(overrides)
+
+
 def key_of(*overrides: str, torch_version: str = "2.x", commit: str = "c") -> MeasurementKey:
-    (config,) = check([*BASE, *overrides], multirun=False)
+    (config,) = check(with_base(*overrides), multirun=False)
     return MeasurementKey.of_config(job.plain_config(config), torch_version, commit)
 
 
@@ -81,7 +87,7 @@ def test_a_result_has_the_key_of_the_config_it_ran_with():
 
 def test_the_typed_config_of_the_check_has_the_key_of_its_plain_form():
     for overrides in ([], ["backend=inductor", "bench.quiet=wait", "dtype=bfloat16"]):
-        (config,) = check([*BASE, *overrides], multirun=False)
+        (config,) = check(with_base(*overrides), multirun=False)
         typed = MeasurementKey.of_config(config, "2.x", "c")
         plain = MeasurementKey.of_config(job.plain_config(config), "2.x", "c")
         assert typed.taken_as() == plain.taken_as()

@@ -152,14 +152,27 @@ def start_sweep(tmp_path: Path, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def fork_server_children(parent: psutil.Process) -> int:
-    found = 0
+def workers(parent: psutil.Process) -> list[psutil.Process]:
+    found = []
     for child in parent.children(recursive=True):
         try:
-            found += "forkserver" in " ".join(child.parent().cmdline())
+            if "forkserver" in " ".join(child.parent().cmdline()):
+                found.append(child)
         except (psutil.Error, AttributeError):
             continue
     return found
+
+
+def timing(proc: subprocess.Popen) -> bool:
+    """A worker of the sweep is stopped: only a worker that waits for its turn in the timed
+    rounds is (rnnexp.run.interleave parks the others)."""
+    for worker in workers(psutil.Process(proc.pid)):
+        try:
+            if worker.status() == psutil.STATUS_STOPPED:
+                return True
+        except psutil.Error:
+            continue
+    return False
 
 
 def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
@@ -167,12 +180,11 @@ def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
     wait leaves no sweep running."""
     try:
         deadline = time.monotonic() + 180
-        # Two workers (one per configuration) exist once the window is set up.
-        while fork_server_children(psutil.Process(proc.pid)) < 2:
+        while not timing(proc):
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the window never started"
-            time.sleep(0.2)
-        time.sleep(8)  # set-up done, the short job finished its rounds, the long one measuring
+            assert time.monotonic() < deadline, "the window never started its rounds"
+            time.sleep(0.001)
+        time.sleep(4)  # the short job finished its rounds, the long one measuring
         proc.send_signal(signum)
         return proc.communicate(timeout=120)[1]
     finally:

@@ -74,9 +74,14 @@ def test_goes_on_until_every_process_has_its_minimum_or_the_budget_ends():
 
 
 def test_fixed_counts_stop_on_iters_only():
+    # bench.iters is the configuration's count, shared between its processes: 7 + 7 + 6.
     fixed = BenchConfig(warmup=0, iters=20, processes=3)
-    assert schedule.stop_reason(fixed, samples_at(10.0, 10.0, 10.0, n=20), 99.0) == "iters"
-    assert schedule.stop_reason(fixed, samples_at(10.0, 10.0, 10.0, n=19), 99.0) is None
+    assert [schedule.quota(fixed, i) for i in range(3)] == [7, 7, 6]
+    full = samples_at(10.0, 10.0, 10.0, n=7)
+    assert schedule.stop_reason(fixed, full, 99.0) == "iters"
+    short = full[:2] + samples_at(10.0, n=5)
+    assert schedule.stop_reason(fixed, short, 99.0) is None
+    assert schedule.stop_reason(fixed, full[:2], 99.0) is None  # a process short
 
 
 def test_one_process_falls_back_to_its_own_median_interval():

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 from rnnexp.analysis import compare_costs, roofline_chart
 from rnnexp.analysis.report import model as m
 from rnnexp.analysis.significance import Difference
-from rnnexp.analysis.sweeps import PHASES, Run
+from rnnexp.analysis.sweeps import COMMIT, PHASES, WHEN, Run
 from rnnexp.machine import platform
 from rnnexp.results.result import (
     CRASHED,
@@ -309,7 +309,8 @@ def verdicts(runs: Sequence[Run], bases: Sequence[Optional[Run]], judged: Judged
         out.append(m.Verdict(
             number=i + 1, label=label(run.config, keys), phase=p,
             baseline=f"#{numbers[id(base)]}" if id(base) in numbers else base.row.label,
-            baseline_ms=ms(base.row, p), candidate_ms=ms(run.row, p),
+            baseline_ms=level(base, p, d.baseline_ms),
+            candidate_ms=level(run, p, d.candidate_ms), processes=d.processes_text,
             speedup=d.speedup, low=d.low, high=d.high, verdict=v, text=d.cell(),
             method=d.method, p_holm=d.p_holm, why_not=d.why_not, regression=regression,
             flagged=bool(run.flags or base.flags)))
@@ -319,6 +320,12 @@ def verdicts(runs: Sequence[Run], bases: Sequence[Optional[Run]], judged: Judged
 def ms(row: Row, p: str) -> str:
     """A phase's time as the console shows it: median [25th, 75th percentile]."""
     return format_quartiles(*(getattr(row, f"{p}_{s}_ms") for s in ("median", "q1", "q3")))
+
+
+def level(run: Run, p: str, value: float) -> str:
+    """A side's level as a comparison estimated it (its speedup is the ratio of the two),
+    else the run's median [quartiles]."""
+    return run.shown_ms(p, value) if math.isfinite(value) else ms(run.row, p)
 
 
 def cells(runs: Sequence[Run], bases: Optional[Sequence[Optional[Run]]],
@@ -398,7 +405,9 @@ def environment(runs: Sequence[Run], bases: Optional[Sequence[Optional[Run]]],
             return None
     rows = [m.EnvRow(name, [_side_value(s, get) for s in sides]) for name, get in ENVIRONMENT]
     if len(sides) == 2:
-        differ = [row for k in sorted({k for s in sides for r in s for k in r.config})
+        # When and from which code each side was measured are rows of their own above.
+        differ = [row for k in sorted({k for s in sides for r in s for k in r.config}
+                                      - {WHEN, COMMIT})
                   if (row := m.EnvRow(k, [_side_value(s, lambda r, k=k: r.config.get(k, ""))
                                           for s in sides])).differs]
         # A group that differs names its option: its own fields differ with it.

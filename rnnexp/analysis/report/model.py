@@ -42,7 +42,7 @@ class Verdict:
     label: str
     phase: str  # fwd | bwd
     baseline: str  # who the baseline is: "#3", or a job of the baseline sweep
-    baseline_ms: str
+    baseline_ms: str  # the levels the speedup is the ratio of (as compare's table shows)
     candidate_ms: str
     speedup: float  # baseline ÷ candidate (>1: the candidate is faster)
     low: float  # its 95% interval (nan: none could be formed)
@@ -53,6 +53,7 @@ class Verdict:
     p_holm: float
     why_not: str = ""  # why nothing could be said
     regression: bool = False  # slower, and beyond the gate when there is one
+    processes: str = ""  # each side's processes: "3/3", "3/3 shared" (the same workers)
     flagged: bool = False  # a side was timed on a flagged machine
 
     @property

@@ -74,7 +74,10 @@ def paired(base: Result, cell: Result) -> Optional[Difference]:
     b, c = phase(base), phase(cell)
     if not (b.timed and c.timed and b.rounds_ms and c.rounds_ms):
         return None
-    return significance.paired(b.rounds_ms, c.rounds_ms)
+    # Where the two shared worker processes (a block), they pair by process too.
+    return significance.paired(
+        significance.Side(b.rounds_ms, workers=base.interleaving.workers),
+        significance.Side(c.rounds_ms, workers=cell.interleaving.workers))
 
 
 def trial_option(overrides: Sequence[str]) -> str:

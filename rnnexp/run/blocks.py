@@ -1,0 +1,111 @@
+"""Which configurations of a window may share worker processes, and how many workers set up
+at once.
+
+A worker process hosts every configuration of its block: the configurations whose
+process-global state is the same — what their backends leave set for the whole process
+(`Backend.process_state`: TorchScript's executor and fuser flags), the intra-op threads
+(bench.num_threads), the interpreter (bench.python) and the device. Each is built once in
+each worker and visited in a fresh random order every round, so within a process the
+comparison is paired, and a block of N configurations measured in k processes costs k
+workers, not N × k. A backend whose set-up resets what others rely on (torch.compile's
+`dynamo.reset()`) gets workers of its own for each configuration.
+
+Two scripted configurations of one model with different inputs (shape, dtype, grad mode)
+are kept apart too: TorchScript compiles a module class once, so two instances of one class
+share one profiling executor, and the second input shape would run through the first one's
+failed guards and fallback instead of an optimised graph of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Hashable, Optional, Sequence
+
+import torch
+
+from rnnexp.config import targets
+from rnnexp.machine import environment
+from rnnexp.measure import job
+from rnnexp.run import schedule
+
+
+def key(p: job.Plan, index: int) -> Hashable:
+    """The process-global state configuration `index` (of its window) needs."""
+    state = p.backend.process_state()
+    if state is None:
+        return ("own", index)
+    python = os.path.abspath(p.cfg.bench.python) if job.foreign(p.cfg.bench.python) else ""
+    return (state, p.cfg.bench.num_threads, python, str(p.device))
+
+
+def signature(p: job.Plan) -> Optional[tuple[str, tuple]]:
+    """A scripted model's factory and the inputs its executor specialises on (None: not
+    scripted)."""
+    if not p.spec.script:
+        return None
+    spec = p.spec
+    return str(targets.target_of(p.cfg.model.build)), \
+        (dataclasses.astuple(spec.shape), str(spec.dtype), spec.requires_grad)
+
+
+def _clash(a: Optional[tuple], b: Optional[tuple]) -> bool:
+    return a is not None and b is not None and a[0] == b[0] and a[1] != b[1]
+
+
+@dataclass
+class Block:
+    """Configurations (indices of the window's plans) that share `processes` workers: the
+    configuration with process count k is in the first k of them."""
+
+    key: Hashable
+    members: list[int] = field(default_factory=list)
+    processes: int = 1
+    python: str = ""  # the interpreter of its workers (bench.python), "" for this one
+
+
+def blocks(plans: Sequence[job.Plan]) -> list[Block]:
+    """The window's blocks, in the order their first configuration comes: each
+    configuration joins the first block of its key holding no scripted instance of its model
+    with other inputs."""
+    found: list[Block] = []
+    for i, p in enumerate(plans):
+        k, mine = key(p, i), signature(p)
+        block = next((b for b in found if b.key == k and not any(
+            _clash(mine, signature(plans[j])) for j in b.members)), None)
+        if block is None:
+            block = Block(k, python=str(p.cfg.bench.python or ""))
+            found.append(block)
+        block.members.append(i)
+        block.processes = max(block.processes, p.cfg.bench.processes)
+    return found
+
+
+def threads_of(p: job.Plan) -> int:
+    """Cores a worker's set-up keeps busy: its intra-op threads on a CPU; about one for a GPU
+    job (scripting, compiling and launching are one Python thread)."""
+    if p.device.type != "cpu":
+        return 1
+    return p.cfg.bench.num_threads or torch.get_num_threads()
+
+
+def at_once(plans: Sequence[job.Plan], workers: int, cores: int = 0) -> int:
+    """How many workers build, verify and warm up side by side: as many as their threads fit
+    on the cores, one core left to this process. Side by side beyond that, their OpenMP
+    threads spin against each other and every set-up takes longer than one after the
+    other. Timing is never side by side (rnnexp.run.interleave)."""
+    cores = cores or environment.usable_cores()
+    per = max((threads_of(p) for p in plans), default=1)
+    return max(1, min(workers, (cores - 1) // per if cores > per else 1))
+
+
+def workers_of(plans: Sequence[job.Plan]) -> int:
+    """Workers a window starts before any is added for a precision target."""
+    return sum(b.processes for b in blocks(plans))
+
+
+def most_workers(plans: Sequence[job.Plan]) -> int:
+    """Workers a window may have alive at once (precision targets add up to max_processes)."""
+    return sum(max(schedule.max_processes(plans[i].cfg.bench) for i in b.members)
+               for b in blocks(plans))
