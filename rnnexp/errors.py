@@ -55,6 +55,16 @@ class Interrupted(BaseException):
         super().__init__(f"interrupted by {signal_name(signum)}")
 
 
+class InterruptRecorded(Interrupted):
+    """An interrupt that its job already recorded — the job's result as measured, or the job
+    killed — and told the sinks of (a sweep's parent run ended): whoever catches it records
+    nothing more. `measured`: the job had its result before the signal came."""
+
+    def __init__(self, signum: int, measured: bool = False):
+        super().__init__(signum)
+        self.measured = measured
+
+
 def signal_name(signum: int) -> str:
     import signal
 

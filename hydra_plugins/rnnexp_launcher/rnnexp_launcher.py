@@ -5,7 +5,8 @@ what a sweep's jobs go through is rnnexp.app.launch's. Each job is composed thro
 `hydra_context` Hydra gives the launcher, its folder made and its task function run by
 Hydra's own `run_job`, as the basic launcher does; before that, the jobs' configurations are
 measured together, in interleaved rounds. rnnexp's sweeper hands over the typed configs it
-checked (`launch_checked`), and the launcher hands each to its job's task function.
+checked (`launch_checked`, the sweeper's `LaunchesChecked` extension of the Launcher API), and
+the launcher hands each to its job's task function.
 """
 
 # No `from __future__ import annotations`: Hydra scans this module without registering it
@@ -51,9 +52,12 @@ class RnnexpLauncher(Launcher):
         return self.launch_checked(job_overrides, initial_job_idx, None)
 
     def launch_checked(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-                       checked: Optional[Sequence[Any]]) -> Sequence[JobReturn]:
+                       checked: Optional[Sequence[Any]],
+                       composed: Optional[Sequence[DictConfig]] = None
+                       ) -> Sequence[JobReturn]:
         """`launch`, with each job's typed config as the sweeper checked it (None: the
-        launcher types them)."""
+        launcher types them) and its config as the sweeper composed it (None: composed
+        here) — the sweeper's `LaunchesChecked`."""
         # The app's own code, imported when a sweep runs (not when Hydra scans plugins).
         from rnnexp.app import launch
         from rnnexp.errors import Interrupted
@@ -62,7 +66,7 @@ class RnnexpLauncher(Launcher):
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        configs, self.typed = self.compose(job_overrides, initial_job_idx, checked)
+        configs, self.typed = self.compose(job_overrides, initial_job_idx, checked, composed)
         returns = {}
         if not self.interleave:
             return [self._run(cfg) for cfg in configs.values()]
@@ -73,17 +77,15 @@ class RnnexpLauncher(Launcher):
             if num not in measured:
                 returns[num] = self._run(cfg, sweep.refused.get(num))
         for w, members in enumerate(sweep.windows):
-            try:
-                outcomes = sweep.measure(w)
-            except (KeyboardInterrupt, Interrupted) as err:
+            measured = sweep.measure(w)
+            outcomes = measured.outcomes
+            if measured.interrupt is not None:
                 # What the window finished is recorded; the jobs still measuring end killed.
-                done = getattr(err, "outcomes", {})
                 for j in members:
-                    if j.num in done:
-                        returns[j.num] = self._run(configs[j.num], done[j.num])
+                    if j.num in outcomes:
+                        returns[j.num] = self._run(configs[j.num], outcomes[j.num])
                 self._record_interrupted([configs[j.num] for j in members
-                                          if j.num not in done], err)
-                raise
+                                          if j.num not in outcomes], measured.interrupt)
             for i, j in enumerate(members):
                 try:
                     returns[j.num] = self._run(configs[j.num], outcomes.get(j.num))
@@ -101,17 +103,18 @@ class RnnexpLauncher(Launcher):
         return [returns[num] for num in sorted(returns)]
 
     def compose(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-                checked: Optional[Sequence[Any]]) -> tuple[dict, dict]:
-        """Each job's config, composed as Hydra's basic launcher composes it, and its typed
-        config (the sweeper's, or typed here), by job number."""
+                checked: Optional[Sequence[Any]],
+                composed: Optional[Sequence[DictConfig]] = None) -> tuple[dict, dict]:
+        """Each job's config, composed as Hydra's basic launcher composes it (or as the
+        sweeper did), and its typed config (the sweeper's, or typed here), by job number."""
         from rnnexp.config import compositions, schema
 
         assert self.config is not None and self.hydra_context is not None
         configs, typed = {}, {}
         for i, overrides in enumerate(job_overrides):
             num = initial_job_idx + i
-            cfg = compositions.load_sweep_config(self.hydra_context.config_loader, self.config,
-                                                 overrides)
+            cfg = composed[i] if composed is not None else compositions.load_sweep_config(
+                self.hydra_context.config_loader, self.config, overrides)
             with open_dict(cfg):
                 cfg.hydra.job.id = num
                 cfg.hydra.job.num = num
@@ -133,12 +136,16 @@ class RnnexpLauncher(Launcher):
 
     def _record_interrupted(self, cfgs: Sequence[DictConfig], err: BaseException) -> None:
         """Every job of an interrupted window recorded as interrupted (the task function
-        records it, ends the sweep's parent and re-raises)."""
+        records it and ends the sweep's parent), then the interrupt raised — as recorded
+        when a job recorded it."""
+        from rnnexp.errors import InterruptRecorded
+        from rnnexp.run import signals
+
         for cfg in cfgs:
             try:
                 self._run(cfg, err)
-            except BaseException as again:  # the recorded interrupt, re-raised per job
-                if again is not err:
-                    raise
+            except InterruptRecorded:  # this job's record of the interrupt
+                pass
         if cfgs:  # else the sweep's parent is ended by the app, as outside any job
-            err.recorded = True  # type: ignore[attr-defined]
+            raise InterruptRecorded(signals.signum_of(err)) from err
+        raise err

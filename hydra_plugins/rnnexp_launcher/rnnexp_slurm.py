@@ -87,14 +87,16 @@ class RnnexpSlurmLauncher(RnnexpLauncher):
     # --- the launching process -------------------------------------------------------------
 
     def launch_checked(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-                       checked: Optional[Sequence[Any]]) -> Sequence[JobReturn]:
+                       checked: Optional[Sequence[Any]],
+                       composed: Optional[Sequence[DictConfig]] = None
+                       ) -> Sequence[JobReturn]:
         """Submit the sweep's shards as one array, follow them, and return every job's
         JobReturn once every task has ended."""
         import submitit
 
         from rnnexp.app import slurm
         from rnnexp.app.callback import sinks_of
-        from rnnexp.errors import Interrupted, RnnexpError
+        from rnnexp.errors import Interrupted, InterruptRecorded, RnnexpError
         from rnnexp.machine import placement, platform
         from rnnexp.results.result import INTERRUPTED, RESULTS_FILE, Result
         from rnnexp.results.sinks import Sweep, load_jobs
@@ -108,7 +110,7 @@ class RnnexpSlurmLauncher(RnnexpLauncher):
         launcher = OmegaConf.to_container(self.config.hydra.launcher, resolve=True)
         plat, cores = platform.current(), placement.visible_cores()
         launch = placement.launch_of(launcher, len(job_overrides), cores)
-        configs, checked_here = self.compose(job_overrides, initial_job_idx, checked)
+        configs, checked_here = self.compose(job_overrides, initial_job_idx, checked, composed)
         overrides = {initial_job_idx + i: list(job) for i, job in enumerate(job_overrides)}
         # Each task's cores are the job's: bench.num_threads = cpus_per_task, as the sweep's
         # record (and resume) expects.
@@ -171,9 +173,7 @@ class RnnexpSlurmLauncher(RnnexpLauncher):
                            reason=reason)
             for sink in targets:
                 sink.on_abort(sweep, ended)
-            err = Interrupted(signal.SIGTERM)
-            err.recorded = True  # type: ignore[attr-defined]
-            raise err
+            raise InterruptRecorded(signal.SIGTERM)
         return [returns[n] for n in sorted(returns)]
 
     def _collect(self, tasks: Sequence[Any], configs: Dict[int, DictConfig],

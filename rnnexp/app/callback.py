@@ -27,7 +27,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from rnnexp.app import config_check, recording, run_dir, stopping
 from rnnexp.config.schema import Config
-from rnnexp.errors import Interrupted, RnnexpError, crash_line, signal_name
+from rnnexp.errors import (
+    Interrupted,
+    InterruptRecorded,
+    RnnexpError,
+    crash_line,
+    signal_name,
+)
 from rnnexp.machine import placement, platform
 from rnnexp.measure import isolation, job
 from rnnexp.results import exit_codes, resume
@@ -66,7 +72,8 @@ def plan_sweep(sweep: sinks_mod.Sweep, config: DictConfig, jobs: Sequence[Sequen
 
 
 class RunCheck(Callback):
-    """A single run's config checked before Hydra makes its folder: one line, exit 2."""
+    """A single run's config checked before Hydra makes its folder: one line, exit 2. Its
+    typed config goes to the task function (config_check.CHECKED_RUN)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Hydra turns a callback's exception into a warning and runs the job: a refusal
@@ -79,6 +86,7 @@ class RunCheck(Callback):
         except Exception:  # HYDRA_FULL_ERROR=1: the error as Hydra raised it
             traceback.print_exc()
             sys.exit(exit_codes.USER_ERROR)
+        config_check.CHECKED_RUN.keep(config, configs[0])  # for the task function, in turn
         run_dir.claim_run(config)  # two runs started in the same second: two folders
         prestart_workers(configs)
 
@@ -146,11 +154,12 @@ class SweepRecord:
         run RUNNING at the top of its list."""
         try:
             yield
+        except InterruptRecorded:  # a job recorded its own interruption, and told the sinks
+            raise
         except (KeyboardInterrupt, Interrupted) as err:
-            if not getattr(err, "recorded", False):  # a job records its own interruption
-                reason = f"interrupted ({signal_name(signals.signum_of(err))})"
-                self.abort(Result(choices={}, overrides=[], config={}, status=INTERRUPTED,
-                                  reason=reason))
+            reason = f"interrupted ({signal_name(signals.signum_of(err))})"
+            self.abort(Result(choices={}, overrides=[], config={}, status=INTERRUPTED,
+                              reason=reason))
             raise
         except OSError as err:  # a full disk, a folder gone: the jobs were stopped by it
             exit_codes.note_unwritten()

@@ -32,6 +32,7 @@ from rnnexp.config import credentials, hydra_private, kernel_plugins, schema
 from rnnexp.errors import (
     ONE_LINE_ERRORS,
     Interrupted,
+    InterruptRecorded,
     JobCrashed,
     RnnexpError,
     crash_line,
@@ -99,7 +100,9 @@ class Task:
         output_dir = Path(hc.runtime.output_dir)
         multirun = hc.mode == RunMode.MULTIRUN
         sweep = sinks.Sweep.load(Path(hc.sweep.dir).resolve()) if multirun else None
-        try:  # checked before Hydra made any folder (RunCheck, the sweeper): typed here
+        if checked is None and not multirun:  # as RunCheck typed it, before the folder
+            checked = config_check.CHECKED_RUN.take()
+        try:  # typed here under a launcher that does not hand the sweeper's over
             config = checked or schema.validate(cfg)
         except RnnexpError as err:
             if not multirun:
@@ -214,11 +217,9 @@ def record_interrupted(task: Task, prepared: Prepared, err: BaseException,
     killed = task.not_run(err)
     if not recorded:
         recording.publish(prepared.targets, measured or killed, task.output_dir, task.sweep)
-    err.measured = measured is not None  # type: ignore[attr-defined]
     if task.sweep is not None:
         for sink in prepared.targets:
             sink.on_abort(task.sweep, killed)
-    err.recorded = True  # type: ignore[attr-defined]
 
 
 def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None,
@@ -246,9 +247,11 @@ def run_job(cfg: DictConfig, outcome: Optional[launch.Outcome] = None,
         publishing = True  # a signal now waits until it is recorded (recording.publish)
         recording.publish(prepared.targets, result, task.output_dir, task.sweep)
     except (KeyboardInterrupt, Interrupted) as err:
-        record_interrupted(task, prepared, err, result or launch.measured(outcome),
-                           recorded=publishing)
-        raise
+        measured = result or launch.measured(outcome)
+        record_interrupted(task, prepared, err, measured, recorded=publishing)
+        if isinstance(err, signals.Killed):  # the scheduler's: its batch task stops on it
+            raise
+        raise InterruptRecorded(signals.signum_of(err), measured is not None) from err
     if not task.multirun:
         exit_codes.set_pending(exit_codes.for_statuses([result.status]))
     return result.status
@@ -300,37 +303,41 @@ def informational(args: argparse.Namespace) -> bool:
                 args.shell_completion)
 
 
-def gate(args: argparse.Namespace) -> None:
+def gate(args: argparse.Namespace) -> list[str]:
     """The command line checked before Hydra builds anything (rnnexp.app.config_check.gate);
-    credentials a config file holds are handed to Hydra hidden."""
+    returns the overrides to add: credentials a config file holds, handed to Hydra hidden."""
     try:
         overrides = config_check.gate(
             args.overrides, multirun=args.multirun, config_path=args.config_path,
             config_dir=args.config_dir, config_name=args.config_name)
     except RnnexpError as err:
         fail(str(err))
-    sys.argv += overrides[len(args.overrides):]
+    return overrides[len(args.overrides):]
 
 
 def main() -> None:
-    schema.register(with_deepbench=any("deepbench" in arg for arg in sys.argv[1:]))
-    kernel_plugins.register()  # model=<name> of every installed kernel plugin
     # Credentials leave the tracking URI before Hydra records the command line anywhere.
-    sys.argv[1:] = credentials.take_from_process(sys.argv[1:])
+    argv = credentials.take_from_process(sys.argv[1:])
+    args, _ = hydra_private.args_parser().parse_known_args(argv)
+    schema.register(with_deepbench=config_check.names_deepbench(args.overrides))
+    kernel_plugins.register()  # model=<name> of every installed kernel plugin
     signals.install()
-    args, _ = hydra_private.args_parser().parse_known_args()
     if args.experimental_rerun is not None:  # it unpickles the file: code from anywhere
         fail("--experimental-rerun: refused — it loads a pickle, which can run any code; "
              "run the command line again instead")
     try:
         if not informational(args):
-            gate(args)
+            argv += gate(args)
+        # hydra.main reads its command line from sys.argv, and from nowhere else: the one
+        # write of it, with the credentials hidden and the gate's overrides added.
+        sys.argv[1:] = argv
         with hydra_raising():
             hydra_main()
     except (KeyboardInterrupt, Interrupted) as err:
         signum = signals.signum_of(err)
         print_error(f"interrupted by {signal_name(signum)} — " + (
-            "the run had ended and is recorded as it ended" if getattr(err, "measured", False)
+            "the run had ended and is recorded as it ended"
+            if isinstance(err, InterruptRecorded) and err.measured
             else "the current run is recorded as killed"))
         sys.exit(exit_codes.for_signal(signum))
     except RnnexpError as err:  # a run's or a sweep's check (callback, sweeper)

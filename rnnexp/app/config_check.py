@@ -52,22 +52,43 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
-def _is_hydras(override: str) -> bool:
+def parsed(overrides: Sequence[str]) -> list[tuple[str, Optional[Override]]]:
+    """Each override with Hydra's reading of it (None: not one — `check_command_line` says
+    why, in one line)."""
+    parser = OverridesParser.create()
+    out: list[tuple[str, Optional[Override]]] = []
+    for text in overrides:
+        try:
+            out.append((text, parser.parse_overrides([text])[0]))
+        except (OverrideParseException, ValueError):  # ValueError: a 5000-digit int
+            out.append((text, None))
+    return out
+
+
+def names_deepbench(overrides: Sequence[str]) -> bool:
+    """Whether a command line names DeepBench — its group (`+deepbench=…`) or a value such as
+    the preset `+experiment=deepbench`: only then are its 110 problems stored (0.19 s)."""
+    # A sweep's value reads as its elements (ChoiceSweep(list=[...]), Glob(include=[...])).
+    return any(o is not None and "deepbench" in f"{o.key_or_group} {o.value()}"
+               for _, o in parsed(overrides))
+
+
+def _is_hydras(override: Optional[Override]) -> bool:
     """One of Hydra's own overrides (hydra.*, hydra/launcher=...)."""
-    return override.lstrip("~+").startswith("hydra")
+    key = override.key_or_group if override is not None else ""
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
 
 
 def user_overrides(overrides: Sequence[str]) -> list[str]:
     """The app's overrides: Hydra's own are left to Hydra."""
-    return [o for o in overrides if not _is_hydras(o)]
+    return [text for text, o in parsed(overrides) if not _is_hydras(o)]
 
 
 def _hydra_overrides(overrides: Sequence[str]) -> list[str]:
     """Hydra's own overrides, in command-line order, as the sweep's config records them for
     its launcher; a sweep over one of Hydra's fields is left to Hydra."""
-    parser = OverridesParser.create()
-    return [o for o in overrides
-            if _is_hydras(o) and not parser.parse_override(o).is_sweep_override()]
+    return [text for text, o in parsed(overrides)
+            if o is not None and _is_hydras(o) and not o.is_sweep_override()]
 
 
 def _loader() -> Optional[ConfigLoader]:
@@ -112,6 +133,15 @@ def expand(parsed: Sequence[Override]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*by_key.values())]
 
 
+def _value_text(override: Override) -> str:
+    """An override's value as a command line would give it (a sweep's, comma-separated)."""
+    if override.is_discrete_sweep():
+        return ",".join(override.sweep_string_iterator())
+    if override.is_sweep_override():
+        return str(override.value())  # interval(…): refused as no list of jobs
+    return override.get_value_element_as_str()
+
+
 def _given_twice(parsed: Sequence[Override]) -> None:
     """A key given twice on one command line (`model=lstm model=gru`) is refused: Hydra would
     take the last without a word, so a preset line pasted before a choice, or a typo in a long
@@ -122,8 +152,8 @@ def _given_twice(parsed: Sequence[Override]) -> None:
         first = seen.get(key)
         if first is not None:
             both = [first.input_line, override.input_line]
-            values = ",".join(o.input_line.split("=", 1)[1] for o in (first, override)
-                              if "=" in o.input_line)
+            values = ",".join(_value_text(o) for o in (first, override)
+                              if o.value_type is not None)
             raise ConfigError(override.key_or_group, f"given twice ({' then '.join(both)})",
                               "give it once; to measure each, sweep them: "
                               f"-m {override.key_or_group}={values}")
@@ -139,8 +169,9 @@ def expand_jobs(overrides: Sequence[str], multirun: bool,
     user = user_overrides(overrides)
     if not multirun:
         return [user]
-    keys = {o.split("=", 1)[0].lstrip("~+") for o in user}  # `+key=` replaces `key=` too
-    params = [p for p in preset_params if p.split("=", 1)[0] not in keys]
+    keys = {o.key_or_group for _, o in parsed(user) if o}  # `+key=` replaces `key=` too
+    params = [text for text, o in parsed(preset_params) if o is None or o.key_or_group
+              not in keys]
     parser = OverridesParser.create(config_loader=loader or _loader())
     return expand(parser.parse_overrides([*params, *user]))
 
@@ -279,8 +310,9 @@ def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
     """The run/sweep folder a command line names can be created: checked by creating (and
     removing) a temporary folder in its nearest existing parent, before Hydra makes it."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    given = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith(key + "=")]
-    if given and not given[-1].strip().strip("'\""):  # '' would write into the current folder
+    given = [str(o.value() or "") for _, o in parsed(overrides)
+             if o is not None and o.key_or_group == key and not o.is_delete()]
+    if given and not given[-1].strip():  # '' would write into the current folder
         raise ConfigError(key, "is empty", "name a folder, e.g. outputs/mine")
     if not given or "${" in given[-1]:
         return  # the default folder under the current directory, or an interpolation
@@ -330,9 +362,10 @@ def check_run(cfg: DictConfig, multirun: bool) -> None:
     if not OmegaConf.select(cfg, "sinks"):
         raise ConfigError("sinks", "is empty: the measurement would be recorded nowhere",
                           "e.g. sinks=[json,console]")
-    subdir = cfg.hydra.sweep._get_node("subdir") if multirun else None
-    if subdir is not None:  # unresolved: ${hydra.job.num} is only known in the job
-        raw = str(subdir._value())
+    # Unresolved: ${hydra.job.num} is only known in the job.
+    subdir = OmegaConf.to_container(cfg.hydra.sweep).get("subdir") if multirun else None
+    if subdir is not None:
+        raw = str(subdir)
         if raw.startswith(("/", "~")) or ".." in Path(raw).parts or not raw.strip():
             raise ConfigError("hydra.sweep.subdir", f"'{raw}' leaves the sweep's folder",
                               "use a relative name inside it, e.g. ${hydra.job.num}")
@@ -404,6 +437,34 @@ def check_composed(cfgs: Iterable[DictConfig], multirun: bool) -> list[Config]:
                       "(rnnexp.results.identity): their results are repeats of one — resume counts "
                       "one done for all")
     return configs
+
+
+class CheckedRun:
+    """A single run's typed config, from its check (rnnexp.app.callback.RunCheck, before Hydra
+    makes the run's folder) to its task function in the same process: Hydra hands a
+    callback's work to no one, so it waits here until the task takes it. Not kept when what
+    the check resolved may read otherwise in the task: `${hydra:…}` in the app's fields (the
+    check ran before the run's folder was claimed: rnnexp.app.run_dir), or a job that Hydra
+    gives an environment (hydra.job.env_set, read by `${oc.env:…}` and the store's URI) or
+    another working folder (hydra.job.chdir); the task types such a config itself."""
+
+    def __init__(self) -> None:
+        self._config: Optional[Config] = None
+
+    def keep(self, cfg: DictConfig, config: Config) -> None:
+        app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()
+               if k != "hydra"}
+        moved = OmegaConf.select(cfg, "hydra.job.env_set") or \
+            OmegaConf.select(cfg, "hydra.job.chdir")
+        self._config = None if moved or _uses_hydra_resolver(app) else config
+
+    def take(self) -> Optional[Config]:
+        config, self._config = self._config, None
+        return config
+
+
+# The one process-wide slot of it (a process runs one single run).
+CHECKED_RUN = CheckedRun()
 
 
 def _searching(config_path: str | None, config_dir: str | None):

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rnnexp.app import config_check
 from rnnexp.config import schema
-from rnnexp.errors import Interrupted, RnnexpError
+from rnnexp.errors import RnnexpError
 from rnnexp.measure import job
 from rnnexp.results import sinks
 from rnnexp.results.report import RichProgress, err_console
@@ -28,6 +28,16 @@ from rnnexp.results.result import RESULTS_FILE, Result
 from rnnexp.run import execution, interleave, signals
 
 Outcome = Result | BaseException
+
+
+@dataclass
+class WindowOutcomes:
+    """A window's jobs as measured: job number → its Result or the error that stopped it.
+    `interrupt`: the signal that cut the window short (the jobs still measuring then have
+    no outcome), raised by the launcher once it has recorded the others."""
+
+    outcomes: dict[int, Outcome]
+    interrupt: Optional[BaseException] = None
 
 
 @dataclass
@@ -85,8 +95,8 @@ class SweepRun:
             planned = planned[n:]
         return run
 
-    def measure(self, w: int) -> dict[int, Outcome]:
-        """Window `w`'s jobs measured together: job number → Result or error."""
+    def measure(self, w: int) -> WindowOutcomes:
+        """Window `w`'s jobs measured together."""
         members, of = self.windows[w], len(self.windows)
         nums = [j.num for j in members]
         started = datetime.now(timezone.utc)
@@ -98,19 +108,17 @@ class SweepRun:
         signals.stop_job_on_scheduler()  # a scheduler's signal ends the window's measuring
         try:
             with RichProgress(f"window {w + 1}/{of}") as progress:
-                measured = interleave.measure_window(
+                ended = interleave.measure_window(
                     [j.plan for j in members], [j.history.drift for j in members],
                     f"{self.sweep_id}/{w}", nums, seed, progress)
-        except signals.Killed as err:  # the jobs still measuring end killed; the sweep goes on
-            done = self._results(members, getattr(err, "finished", {}), started, t0)
-            return {j.num: done.get(j.num, err) for j in members}
-        except (KeyboardInterrupt, Interrupted) as err:
-            err.outcomes = self._results(  # type: ignore[union-attr]
-                members, getattr(err, "finished", {}), started, t0)
-            raise
         finally:
             signals.settle()
-        return self._results(members, dict(zip(nums, measured, strict=True)), started, t0)
+        done = self._results(members, {n: m for n, m in zip(nums, ended.outcomes, strict=True)
+                                       if m is not None}, started, t0)
+        if isinstance(ended.interrupt, signals.Killed):
+            # The jobs still measuring end killed; the sweep goes on.
+            return WindowOutcomes({j.num: done.get(j.num, ended.interrupt) for j in members})
+        return WindowOutcomes(done, ended.interrupt)
 
     @staticmethod
     def _results(members: list[_Job], measured: dict[int, object], started: datetime,

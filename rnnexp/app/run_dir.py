@@ -10,8 +10,9 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
+from typing import Sequence
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict, read_write
 
 # What marks a folder as taken: Hydra's .hydra/ in a run's, the sweep's sweep.json.
 RUN_MARKER = ".hydra"
@@ -41,7 +42,10 @@ def claim(folder: Path, marker: str) -> Path:
 
 
 def named_by_user(cfg: DictConfig, key: str) -> bool:
-    return any(str(o).split("=", 1)[0].lstrip("+~") == key for o in cfg.hydra.overrides.hydra)
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = OverridesParser.create().parse_overrides([str(o) for o in cfg.hydra.overrides.hydra])
+    return any(o.key_or_group == key for o in given)
 
 
 def claim_run(cfg: DictConfig) -> None:
@@ -51,12 +55,19 @@ def claim_run(cfg: DictConfig) -> None:
     cfg.hydra.run.dir = str(claim(Path(str(cfg.hydra.run.dir)), RUN_MARKER))
 
 
-def claim_sweep(cfg: DictConfig) -> None:
-    """Before the sweeper starts: the default sweep folder, claimed for this sweep only; each
-    job's config is composed again from the hydra overrides, so the folder goes there too."""
+def claim_sweep(cfg: DictConfig, jobs: Sequence[DictConfig] = ()) -> None:
+    """Before the sweeper launches: the default sweep folder, claimed for this sweep only. A
+    job composed from the sweep's config has its Hydra overrides first: the folder goes there
+    too, and into the `jobs` composed before the claim, as if they were composed after it."""
     if named_by_user(cfg, "hydra.sweep.dir"):
         return
+    before = len(cfg.hydra.overrides.hydra)
     folder = claim(Path(str(cfg.hydra.sweep.dir)), SWEEP_MARKER)
     cfg.hydra.sweep.dir = str(folder)
     quoted = str(folder).replace("\\", "\\\\").replace("'", "\\'")
     cfg.hydra.overrides.hydra.append(f"hydra.sweep.dir='{quoted}'")
+    for job in jobs:
+        with read_write(job.hydra), open_dict(job.hydra):
+            job.hydra.sweep.dir = str(folder)
+            job.hydra.overrides.hydra = [*cfg.hydra.overrides.hydra,
+                                         *job.hydra.overrides.hydra[before:]]

@@ -33,6 +33,7 @@ import math
 import random
 import time
 from collections import deque
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Callable, Optional, Sequence
 
@@ -159,6 +160,21 @@ class Envelope:
 
     def stop(self) -> None:
         self.gpu.stop()  # a no-op once stopped: ends the sampling thread after an error
+
+
+@dataclass
+class Ended:
+    """How a window ended: per job (in the window's order) its Measured, the error that
+    stopped it, or None — still measuring when `interrupt` came. `interrupt`: the
+    KeyboardInterrupt, Interrupted or scheduler's Killed that cut the window short; the
+    caller records what finished, then raises it (`raise_interrupt`)."""
+
+    outcomes: list[schedule.Measured | BaseException | None]
+    interrupt: Optional[BaseException] = None
+
+    def raise_interrupt(self) -> None:
+        if self.interrupt is not None:
+            raise self.interrupt
 
 
 class Window:
@@ -390,7 +406,7 @@ class Window:
 
     # --- the whole window -----------------------------------------------------------------
 
-    def measure(self) -> list[schedule.Measured | BaseException]:
+    def measure(self) -> Ended:
         self.envelope = Envelope(self.plans[0])
         try:
             self.set_up()
@@ -403,15 +419,15 @@ class Window:
             self.rounds()
             self.envelope.close()
         except (KeyboardInterrupt, Interrupted) as err:
-            # What finished before the signal is a measurement: it goes with the error.
-            err.finished = self.finished()  # type: ignore[union-attr]
-            raise
+            # What finished before the signal is a measurement: it is returned with it.
+            done = self.finished()
+            return Ended([done.get(job) for job in self.jobs], interrupt=err)
         finally:
             self.envelope.stop()
             self.close()
         done = self.finished()
-        return [self.failed[i] if i in self.failed else done[self.jobs[i]]
-                for i in range(len(self.configs))]
+        return Ended([self.failed[i] if i in self.failed else done[self.jobs[i]]
+                      for i in range(len(self.configs))])
 
     def finished(self) -> dict[int, schedule.Measured]:
         """Job number → Measured, of the configurations that stopped by their own rule."""
@@ -437,12 +453,12 @@ class Window:
 
 def measure_window(plans: Sequence[job.Plan], drifts: Sequence[Drift], window: Optional[str],
                    jobs: Sequence[int], seed: int, progress: Optional[Progress] = None
-                   ) -> list[schedule.Measured | BaseException]:
+                   ) -> Ended:
     """Measure `plans` together in interleaved rounds; for each, its Measured or the error
     that stopped it (RnnexpError / JobCrashed, one line). `window`: the window's id in a
     sweep, recorded with its `jobs` (their job numbers) in each Measured; None for a single
-    run. On KeyboardInterrupt or Interrupted the error carries `finished`: job number →
-    Measured of what stopped before it."""
+    run. An interrupt (KeyboardInterrupt, Interrupted, a scheduler's Killed) ends the window
+    and comes back in `Ended.interrupt`, with what stopped before it."""
     return Window(plans, drifts, window, jobs, seed, progress).measure()
 
 
@@ -450,8 +466,11 @@ def measure(planned: job.Plan, progress: Optional[Progress] = None,
             runs_drift: Drift = UNKNOWN) -> schedule.Measured:
     """One configuration alone: a window of one. `runs_drift`: its drift between its
     earlier runs, for the stopping rule. Raises what stopped it."""
-    (outcome,) = measure_window([planned], [runs_drift], None, [0],
-                                int(time.time_ns() % (1 << 31)), progress)
+    ended = measure_window([planned], [runs_drift], None, [0],
+                           int(time.time_ns() % (1 << 31)), progress)
+    ended.raise_interrupt()
+    (outcome,) = ended.outcomes
     if isinstance(outcome, BaseException):
         raise outcome
+    assert outcome is not None
     return outcome

@@ -9,7 +9,10 @@ from hydra import initialize_config_dir
 from rnnexp.app.config_check import CONF_DIR, check, expand_jobs
 from rnnexp.config import deepbench
 from rnnexp.errors import ConfigError, RnnexpError
-from tests.conftest import TINY
+from tests.conftest import ROOT, TINY
+
+# A third party's Hydra plugins, in the `hydra_plugins` namespace as Hydra requires.
+PLUGINS = ROOT / "tests" / "plugins"
 
 
 def test_range_and_choice_expand_to_every_combination():
@@ -67,3 +70,34 @@ def test_an_interval_on_the_command_line_is_one_line_and_makes_nothing(run_cli, 
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: shape.seq_len: "), proc.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+def test_the_checked_configs_reach_a_launcher_that_takes_them_through_the_extension():
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+    from hydra_plugins.rnnexp_launcher.rnnexp_launcher import RnnexpLauncher
+    from hydra_plugins.rnnexp_launcher.rnnexp_slurm import RnnexpSlurmLauncher
+    from hydra_plugins.rnnexp_sweeper.rnnexp_sweeper import LaunchesChecked
+    from tests.plugins.hydra_plugins.checked_launcher.checked_launcher import CheckedLauncher
+
+    assert issubclass(RnnexpLauncher, LaunchesChecked)
+    assert issubclass(RnnexpSlurmLauncher, LaunchesChecked)
+    assert issubclass(CheckedLauncher, LaunchesChecked)
+    assert not issubclass(BasicLauncher, LaunchesChecked)  # called through `launch`
+
+
+def test_a_third_party_launcher_gets_the_checked_configs_and_runs_the_jobs(run_cli, tmp_path):
+    proc = run_cli("model=lstm,gru", "backend=aten", *TINY, "sinks=[json]",
+                   "hydra/launcher=basic",
+                   "hydra.launcher._target_=hydra_plugins.checked_launcher.checked_launcher."
+                   "CheckedLauncher", multirun=True,
+                   env={"RNNEXP_TARGETS": "hydra_plugins.checked_launcher",
+                        "PYTHONPATH": str(PLUGINS)})
+    assert proc.returncode == 0, proc.stderr
+    handed = json.loads((tmp_path / "sweep" / "checked.json").read_text())
+    seq_len = handed[0][1]
+    assert handed == [["lstm", seq_len], ["gru", seq_len]]
+    results = [json.loads(p.read_text())
+               for p in sorted((tmp_path / "sweep").glob("*/results.json"))]
+    assert [r["choices"]["model"] for r in results] == ["lstm", "gru"]
+    assert all(r["status"] == "ok" for r in results)

@@ -105,3 +105,22 @@ def test_the_least_recently_used_composition_goes_first(loader, monkeypatch):
     kept = [key[2] for key in compositions._BASES]
     assert kept == [tuple(jobs[0]), tuple(jobs[2])]
     assert OmegaConf.to_container(third) == hydras(loader, jobs[2])
+
+
+def test_jobs_composed_before_the_sweep_claims_its_folder_follow_it(loader, tmp_path):
+    """The sweeper composes its jobs to check them before it claims the sweep's folder, and
+    hands them to the launcher: each must be what composing after the claim gives."""
+    from rnnexp.app import run_dir
+
+    master = loader.load_configuration(CONFIG_NAME, [f"hydra.sweep.dir={tmp_path}/s",
+                                                     "hydra.mode=MULTIRUN"], RunMode.MULTIRUN)
+    with open_dict(master.hydra):  # the default folder: not named on the command line
+        master.hydra.overrides.hydra = ["hydra.mode=MULTIRUN"]
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / run_dir.SWEEP_MARKER).touch()  # taken by another sweep
+    job = ["hydra.job.env_copy=[HOME]", "model=jit", "seed=4"]
+    before = compositions.load_sweep_config(loader, master, job)
+    run_dir.claim_sweep(master, [before])
+    assert str(master.hydra.sweep.dir) == f"{tmp_path}/s-2"
+    after = compositions.load_sweep_config(loader, master, job)
+    assert OmegaConf.to_container(before) == OmegaConf.to_container(after)

@@ -156,3 +156,20 @@ def test_a_single_run_is_checked_by_a_hydra_callback_that_ends_the_program(capsy
         RunCheck().on_run_start(config=compose_cfg(["shape.hidden_size=-3"]))
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip() == "error: shape.hidden_size: must be ≥ 1, got -3"
+
+
+def test_a_single_runs_typed_config_goes_from_its_check_to_its_task_once():
+    from hydra import compose, initialize_config_dir
+
+    from rnnexp.app.config_check import CONF_DIR, CONFIG_NAME, CheckedRun, check_composed
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        plain = compose(CONFIG_NAME, ["seed=5"], return_hydra_config=True)
+        env = compose(CONFIG_NAME, ["+hydra.job.env_set.SEED=2", "seed=${oc.env:SEED,1}"],
+                      return_hydra_config=True)
+    slot = CheckedRun()
+    (typed,) = check_composed([plain], multirun=False)
+    slot.keep(plain, typed)
+    assert slot.take() is typed and slot.take() is None  # taken once
+    slot.keep(env, check_composed([env], multirun=False)[0])
+    assert slot.take() is None  # a resolver's value may change by the time the task runs

@@ -124,7 +124,9 @@ def measure(plans: list[job.Plan], machine: Machine, window: Optional[str] = "w/
             seed: int = 1):
     w = interleave.Window(plans, [UNKNOWN] * len(plans), window, list(range(len(plans))),
                           seed, host=machine.host)
-    return w, w.measure()
+    ended = w.measure()
+    assert ended.interrupt is None
+    return w, ended.outcomes
 
 
 def test_compatible_configurations_share_workers_each_built_once_there():
@@ -239,9 +241,11 @@ def test_an_interrupt_keeps_what_finished_before_it():
     long = plan("model=lstm", "backend=aten", "bench.iters=1000", "seed=1")
     machine = Machine(interrupt_after=10)
     w = interleave.Window([short, long], [UNKNOWN] * 2, "w/0", [7, 8], 1, host=machine.host)
-    with pytest.raises(KeyboardInterrupt) as caught:
-        w.measure()
-    assert list(caught.value.finished) == [7]
+    ended = w.measure()
+    assert isinstance(ended.interrupt, KeyboardInterrupt)
+    assert isinstance(ended.outcomes[0], schedule.Measured) and ended.outcomes[1] is None
+    with pytest.raises(KeyboardInterrupt):
+        ended.raise_interrupt()
     assert all(h.closed for h in machine.hosts)
 
 
