@@ -430,9 +430,10 @@ def check_closed(cfg: DictConfig, path: str = "") -> None:
             field_name = f"{path}{key}"
             options = [f"{path}{n}" for n in names if not n.startswith("_")]
             raise ConfigError(field_name, "no such field", closest(field_name, options))
-        child = cfg._get_node(key)
-        if isinstance(child, DictConfig) and not child._is_missing() and \
-                not child._is_none():
+        if OmegaConf.is_missing(cfg, key) or OmegaConf.is_interpolation(cfg, key):
+            continue  # an interpolation's target node is checked where it is
+        child = cfg[key]  # None for a node set to null
+        if isinstance(child, DictConfig):
             check_closed(child, f"{path}{key}.")
 
 
