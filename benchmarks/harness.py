@@ -74,9 +74,9 @@ from rnnexp.app import config_check
 from rnnexp.config import kernel_plugins, schema
 from rnnexp.measure import job
 from rnnexp.measure.timing import PerfCounterClock, Timer, block_for
-from rnnexp.results import stats
+from rnnexp.results import cache, stats
 from rnnexp.results.result import RESULTS_FILE, Result, TimingInfo
-from rnnexp.run import execution, roofline
+from rnnexp.run import execution
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 ROOT = Path(__file__).resolve().parent.parent
@@ -381,15 +381,15 @@ def aa(trials: int, reruns: int, overrides: Sequence[str]) -> None:
 def own_cache(folder: Path) -> Iterator[None]:
     """rnnexp's cache (the drift history, the roofline) in `folder` while inside: this
     process's runs and the sweeps it starts begin with no history of their own."""
-    previous = os.environ.get(roofline.CACHE_ENV)
-    os.environ[roofline.CACHE_ENV] = str(folder)
+    previous = os.environ.get(cache.CACHE_ENV)
+    os.environ[cache.CACHE_ENV] = str(folder)
     try:
         yield
     finally:
         if previous is None:
-            os.environ.pop(roofline.CACHE_ENV, None)
+            os.environ.pop(cache.CACHE_ENV, None)
         else:
-            os.environ[roofline.CACHE_ENV] = previous
+            os.environ[cache.CACHE_ENV] = previous
 
 
 def share(n: int, of: int) -> str:

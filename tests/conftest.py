@@ -73,7 +73,7 @@ def load_results(folder: Path) -> dict:
 def roofline_cache(tmp_path_factory):
     """Device peaks and drift probes go to a cache of the test session, never the user's; every
     CLI subprocess inherits it."""
-    from rnnexp.run.roofline import CACHE_ENV
+    from rnnexp.results.cache import CACHE_ENV
 
     before = os.environ.get(CACHE_ENV)
     os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("rnnexp-cache"))

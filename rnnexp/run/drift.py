@@ -2,7 +2,7 @@
 runs: what no spread measured within one job's seconds can show, and what a rerun meets.
 
 Every valid run (status ok, machine not flagged busy) appends its phase medians to a history
-in the cache, next to the roofline's (`drift/` under `$RNNEXP_CACHE_DIR`), keyed by what makes
+in rnnexp's cache folder (`drift/` there: rnnexp.results.cache), keyed by what makes
 two runs the same measurement (rnnexp.results.identity: the configuration less the options that only
 decide how long or how to measure — iteration counts, processes, precision, verification,
 sinks, ... — with the torch and code versions) and the machine it ran on (device name and
@@ -33,8 +33,8 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 from filelock import FileLock
 
+from rnnexp.results import cache
 from rnnexp.results.identity import MeasurementKey
-from rnnexp.run import roofline
 
 WINDOW_S = 24 * 3600.0  # runs older than a day say little about today
 MAX_RUNS = 100  # kept in a history
@@ -73,7 +73,7 @@ def history_key(measurement: MeasurementKey, device_name: str, threads: int) -> 
 
 def history_path(key: Mapping[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
-    return roofline.cache_dir() / "drift" / f"{digest[:24]}.json"
+    return cache.cache_dir() / "drift" / f"{digest[:24]}.json"
 
 
 def _read(path: Path) -> tuple[dict, list[dict]]:
@@ -193,7 +193,7 @@ def record(key: Mapping[str, Any], medians: Mapping[str, Optional[float]],
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock"):
             runs = [*_load(path, key), entry][-MAX_RUNS:]
-            roofline.write_atomically(path, json.dumps({"key": key, "runs": runs}, default=str))
+            cache.write_atomically(path, json.dumps({"key": key, "runs": runs}, default=str))
     except OSError:
         pass
 

@@ -19,9 +19,9 @@ average while shared.
 - On a CPU with several threads, each peak is the better of those threads and one (see
   `measure`).
 
-The cache lives in `$RNNEXP_CACHE_DIR`, else `$XDG_CACHE_HOME/rnnexp`, else `~/.cache/rnnexp`
-(under `roofline/`); delete a file, or run `python -m rnnexp roofline --remeasure`, to
-measure again. `python -m rnnexp roofline` prints the peaks of this machine.
+The peaks are kept in rnnexp's cache folder (rnnexp.results.cache), under `roofline/`; delete
+a file, or run `python -m rnnexp roofline --remeasure`, to measure again. `python -m rnnexp
+roofline` prints the peaks of this machine.
 """
 
 from __future__ import annotations
@@ -41,10 +41,9 @@ from filelock import FileLock
 from torch.utils.benchmark import Timer
 
 from rnnexp.errors import OneLineParser, RnnexpError
-from rnnexp.results import files
+from rnnexp.results import cache
 from rnnexp.results.result import Result, Roofline
 
-CACHE_ENV = "RNNEXP_CACHE_DIR"
 # Part of the key: raise it when the measurement changes, so old numbers are not reused.
 METHOD = 1
 GEMM_START_N = 256
@@ -99,15 +98,8 @@ def _threads(key: Key) -> str:
     return f", {key.threads} thread{'s' if key.threads > 1 else ''}" if key.threads else ""
 
 
-def cache_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "rnnexp"
-
-
 def cache_path(key: Key) -> Path:
-    return cache_dir() / "roofline" / key.filename()
+    return cache.cache_dir() / "roofline" / key.filename()
 
 
 def _best_s(timer: Timer, min_run_time: float = MIN_RUN_TIME_S) -> float:
@@ -167,13 +159,9 @@ def _load(path: Path, key: Key) -> Optional[Peaks]:
         return None  # absent or unreadable: measure again
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write a cache file so that readers never see half of it (a temporary file, renamed)."""
-    files.write_text(path, text)
-
-
 def _save(path: Path, key: Key, peaks: Peaks) -> None:
-    write_atomically(path, json.dumps({"key": asdict(key), "peaks": asdict(peaks)}, indent=2))
+    cache.write_atomically(path, json.dumps({"key": asdict(key), "peaks": asdict(peaks)},
+                                            indent=2))
 
 
 def peaks(device: torch.device, device_name: str, dtype: str, threads: int,

@@ -11,7 +11,7 @@ import torch
 from rnnexp.config.schema import BenchConfig
 from rnnexp.machine import environment
 from rnnexp.measure.timing import Samples
-from rnnexp.results import stats
+from rnnexp.results import cache, stats
 from rnnexp.results.identity import MeasurementKey
 from rnnexp.run import drift, schedule
 from rnnexp.run.drift import Drift
@@ -99,7 +99,7 @@ def test_runs_are_recorded_and_read_back_per_measurement(roofline_cache):
 def test_an_unwritable_cache_loses_only_the_record(tmp_path, monkeypatch):
     blocked = tmp_path / "file"
     blocked.write_text("")
-    monkeypatch.setenv(drift.roofline.CACHE_ENV, str(blocked))  # a file where a folder goes
+    monkeypatch.setenv(cache.CACHE_ENV, str(blocked))  # a file where a folder goes
     drift.record(KEY, {"total": 1.0})
     assert drift.earlier(KEY) == drift.UNKNOWN
 

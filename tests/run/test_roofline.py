@@ -23,6 +23,7 @@ from rnnexp.errors import RnnexpError
 from rnnexp.measure.timing import Samples
 from rnnexp.measure.verify import Verification
 from rnnexp.models.workload import Work
+from rnnexp.results import cache as cache_folder
 from rnnexp.results.report import percent, results_table
 from rnnexp.results.result import INVALID, OK, Result, phase_stats
 from rnnexp.results.sinks.mlflow import runs, store
@@ -37,7 +38,7 @@ WORK = Work(flops_fwd=1e9, flops_bwd=2e9, bytes_fwd=1e6, bytes_bwd=2e6, tokens=1
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """A cache of this test's own, and a count of the (real, shortened) measurements."""
-    monkeypatch.setenv(roofline.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache_folder.CACHE_ENV, str(tmp_path / "cache"))
     # Shorter budgets and a smaller copy: the tests decide on the cache, not on the numbers.
     monkeypatch.setattr(roofline, "MIN_RUN_TIME_S", 0.05)
     monkeypatch.setattr(roofline, "CALIBRATE_S", 0.01)
@@ -158,7 +159,7 @@ def test_a_stale_or_broken_cache_file_is_measured_again(cache):
 
 def test_an_unwritable_cache_still_gives_peaks(cache, monkeypatch, capsys):
     _, calls = cache
-    blocker = Path(os.environ[roofline.CACHE_ENV])
+    blocker = Path(os.environ[cache_folder.CACHE_ENV])
     blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_text("a file where the cache folder would be")
     assert roofline.peaks(CPU, "test cpu", "float32", 1).gflops > 0
@@ -180,13 +181,13 @@ def test_a_failed_measurement_keeps_the_result(cache, monkeypatch, capsys):
 
 
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(roofline.CACHE_ENV, str(tmp_path / "here"))
-    assert roofline.cache_dir() == tmp_path / "here"
-    monkeypatch.delenv(roofline.CACHE_ENV)
+    monkeypatch.setenv(cache_folder.CACHE_ENV, str(tmp_path / "here"))
+    assert cache_folder.cache_dir() == tmp_path / "here"
+    monkeypatch.delenv(cache_folder.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert roofline.cache_dir() == tmp_path / "xdg" / "rnnexp"
+    assert cache_folder.cache_dir() == tmp_path / "xdg" / "rnnexp"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert roofline.cache_dir() == Path.home() / ".cache" / "rnnexp"
+    assert cache_folder.cache_dir() == Path.home() / ".cache" / "rnnexp"
 
 
 # --- a result against the peaks ------------------------------------------------------------
@@ -298,7 +299,7 @@ def test_a_run_shows_its_percent_of_measured_peak(run_cli, tmp_path, roofline_ca
 def test_the_switch_leaves_the_roofline_out(run_cli, tmp_path):
     empty = tmp_path / "empty-cache"
     proc = run_cli(*TINY, "model=gru", "backend=aten", "sinks=[json,console]",
-                   "bench.roofline=false", env={roofline.CACHE_ENV: str(empty)})
+                   "bench.roofline=false", env={cache_folder.CACHE_ENV: str(empty)})
     assert proc.returncode == 0, proc.stderr
     assert load_results(tmp_path / "run")["roofline"] is None
     assert not (empty / "roofline").exists() and "measuring" not in proc.stderr

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rnnexp.analysis.report import figures
 from rnnexp.analysis.report.model import Report
-from rnnexp.run.roofline import cache_dir
+from rnnexp.results.cache import cache_dir
 
 
 @functools.lru_cache(maxsize=1)
