@@ -4,14 +4,14 @@ results.json it logged: what `rnnexp history` reads as series.
 The store narrows the search by the runs' params (each group choice and resolved config field
 is one: rnnexp.results.sinks.mlflow.runs.params_of) and keeps runs that ended ok; the choices
 are then checked on the results themselves the way `compare` checks a `--baseline`
-(compare.parse_choice), so a misspelt field gets the same one-line answer.
+(compare_select.parse_choice), so a misspelt field gets the same one-line answer.
 """
 
 from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-from rnnexp.analysis.compare import parse_choice
+from rnnexp.analysis.compare_select import parse_choice
 from rnnexp.analysis.sweeps import Run, read_runs
 from rnnexp.errors import RnnexpError
 from rnnexp.results.result import OK

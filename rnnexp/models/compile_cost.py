@@ -6,7 +6,7 @@ Each process builds its workload (weights, inputs; TorchScript backends script i
 then the backend makes its untimed calls (the first one compiles under inductor; TorchScript's
 profiling executor profiles and optimises over its first few) before warm-up and timing. The
 first process's numbers are recorded; the break-even needs both sides' and is computed where
-both are present (rnnexp.analysis.compare).
+both are present (rnnexp.analysis.compare_costs).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Iterable
 OK = 0  # every job ran and was verified (or declined as unsupported within a sweep)
 JOB_FAILED = 1  # a job failed verification, crashed, or recompiled while timed
 USER_ERROR = 2  # bad input: refused before anything ran or was recorded
-REGRESSION = 3  # rnnexp.analysis.compare --fail-on-regression found a regression
+REGRESSION = 3  # rnnexp compare --fail-on-regression found a regression
 # A result could not be written where it belongs (full disk, a folder gone or read-only): it
 # is kept in a fallback folder that a one-line error names (rnnexp.app.recording).
 OUTPUT_FAILED = 4

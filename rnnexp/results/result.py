@@ -1,7 +1,7 @@
 """The result of one job, typed: what ran, where, how fast, and whether it was verified.
 
 `results.json` in the job's Hydra output folder is its serialised form, the record every sink
-(console table, MLflow, fastrnns JSON) is derived from and what `rnnexp.app.sync` uploads later.
+(console table, MLflow, fastrnns JSON) is derived from and what `rnnexp sync` uploads later.
 The JSON keeps its field names; files of earlier schema versions still load.
 """
 

@@ -34,13 +34,12 @@ import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 from filelock import FileLock
 from torch.utils.benchmark import Timer
 
-from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.results import cache
 from rnnexp.results.result import Result, Roofline
 
@@ -94,7 +93,7 @@ class Peaks:
     copy_threads: int = 0
 
 
-def _threads(key: Key) -> str:
+def threads_text(key: Key) -> str:
     return f", {key.threads} thread{'s' if key.threads > 1 else ''}" if key.threads else ""
 
 
@@ -174,7 +173,7 @@ def peaks(device: torch.device, device_name: str, dtype: str, threads: int,
     cached = None
     if not remeasure and (cached := _load(path, key)) and not _retake(device, cached):
         return cached
-    what = f"{device_name} ({device.type}, {dtype}{_threads(key)})"
+    what = f"{device_name} ({device.type}, {dtype}{threads_text(key)})"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock"):
@@ -256,39 +255,3 @@ def of_result(result: Result) -> Optional[Roofline]:
               "result is recorded without its roofline", file=sys.stderr, flush=True)
         return None
     return place(result, found)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    from rnnexp.machine.device import device_name
-    from rnnexp.machine.platform import current
-
-    parser = OneLineParser(prog="rnnexp roofline",
-                                     description="GEMM and copy peaks of a device (cached).")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu, cuda or cuda:N (default: the GPU if there is one)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float16",
-                                                                "bfloat16"])
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
-                        help="torch threads on a CPU (default: torch's, here "
-                             f"{torch.get_num_threads()})")
-    parser.add_argument("--remeasure", action="store_true", help="ignore the cached numbers")
-    args = parser.parse_args(argv)
-    if args.threads < 1:
-        raise RnnexpError(f"--threads: must be ≥ 1, got {args.threads}")
-    try:
-        device = torch.device(args.device)
-        if device.type not in ("cpu", "cuda"):
-            raise RuntimeError(device.type)
-        name = device_name(device, current())
-    except (RuntimeError, IndexError):
-        raise RnnexpError(f"--device {args.device}: no such device here — use cpu") from None
-    found = peaks(device, name, args.dtype, args.threads, remeasure=args.remeasure)
-    key = Key.of(device, name, args.dtype, args.threads)
-    load = "?" if found.load_1min is None else f"{found.load_1min:.1f}"
-    print(f"{name} ({device.type}, {args.dtype}{_threads(key)}): GEMM {found.gflops:.1f} "
-          f"GFLOP/s (n={found.gemm_n}), copy {found.gbps:.1f} GB/s "
-          f"({found.copy_bytes // 2**20} MiB); measured {found.measured_at}, 1-min load {load}; "
-          f"{cache_path(key)}")
-    return 0
-
-

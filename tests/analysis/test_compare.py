@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rnnexp.analysis import compare, significance
+from rnnexp.analysis import compare, compare_render, significance
 from rnnexp.analysis.significance import Level
 from rnnexp.app.commands import run_command
 from rnnexp.machine.environment import BUSY, Environment
 from rnnexp.measure.timing import Samples
+from rnnexp.results import exit_codes
 from rnnexp.results.result import OK, Interleaving, Result, phase_stats
 from rnnexp.results.sinks import load_jobs
 from tests.conftest import TINY
@@ -312,7 +313,7 @@ def test_a_planted_slowdown_in_an_interleaved_sweep_trips_the_gate(real_sweep, t
     rc, out, err = run_compare(capsys, str(sweep), "--baseline", "model=lstm",
                                "--fail-on-regression", "10", "--output",
                                str(tmp_path / "c.png"))
-    assert rc == compare.EXIT_REGRESSION, err
+    assert rc == exit_codes.REGRESSION, err
     lines = err.strip().splitlines()
     assert len(lines) == 2 and all("regression: jit·aten·small·cpu" in ln and
                                    "paired by round" in ln for ln in lines)
@@ -419,9 +420,9 @@ def test_rows_are_named_by_what_varies_a_deepbench_problem_standing_for_its_shap
     runs = [SimpleNamespace(config={"model": "lstm", "deepbench": name, "shape": "default",
                                     "shape.hidden_size": h, "model.family": "lstm"})
             for name, h in (("speech-1", "512"), ("speech-2", "1024"))]
-    assert compare.varying(runs) == ["deepbench"]
+    assert compare_render.varying(runs) == ["deepbench"]
     runs[1].config["model"], runs[1].config["model.family"] = "gru", "gru"
-    assert compare.varying(runs) == ["model", "deepbench"]
+    assert compare_render.varying(runs) == ["model", "deepbench"]
 
 
 @pytest.mark.parametrize("content, problem", [

@@ -22,7 +22,7 @@ import pytest
 from rnnexp.analysis import change_points, history
 from rnnexp.analysis.sweeps import Run
 from rnnexp.app.commands import run_command
-from rnnexp.app.sync import sync_folder
+from rnnexp.app.commands.sync import sync_folder
 from rnnexp.machine.platform import Platform
 from rnnexp.results.result import Result
 from tests.conftest import ROOT, TINY

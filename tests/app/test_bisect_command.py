@@ -105,7 +105,7 @@ def probe_sweep(base, folder: Path, candidate_status: str, slower: float = 1.0) 
 
 
 def test_a_probe_that_failed_verification_is_failed_not_slow(real_result, tmp_path):
-    from rnnexp.app.bisect import judged
+    from rnnexp.app.commands.bisect import judged
     from rnnexp.results.result import INVALID
 
     folder = probe_sweep(real_result, tmp_path / "p", INVALID, slower=3.0)

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from rnnexp.app import matrix
+from rnnexp.app.commands import matrix
 from rnnexp.app.config_check import group_options
 from tests.backends.test_backends import CUDA_GPU, ROCM_GPU
 from tests.backends.test_gpu_paths import AMPERE, CUDNN_BROKEN, VOLTA

@@ -60,6 +60,7 @@ def test_a_run_does_import_them():
 
 def test_the_default_min_effect_is_significance_s():
     """compare's --min-effect default is repeated so its parser needs no SciPy."""
-    from rnnexp.analysis import compare, significance
+    from rnnexp.analysis import significance
+    from rnnexp.app.commands import compare
 
     assert compare.MIN_EFFECT_PCT == pytest.approx(100 * significance.MIN_EFFECT)

@@ -31,7 +31,7 @@ class Report(Sink):
     def write(sweep: Sweep, jobs: Jobs) -> None:
         # Imported at the end of a sweep, not when the sinks are built for every job.
         from rnnexp.analysis import sweeps
-        from rnnexp.analysis.compare import varying
+        from rnnexp.analysis.compare_render import varying
         from rnnexp.analysis.report import build, render
 
         runs = []

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rnnexp.analysis import history, history_chart, store_runs
-from rnnexp.analysis.compare import from_the_store
+from rnnexp.analysis.compare_select import from_the_store
 from rnnexp.analysis.sweeps import Run
 from rnnexp.config.credentials import redact
 from rnnexp.config.schema import default_store_uri

@@ -15,7 +15,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from rnnexp.analysis import compare
+from rnnexp.analysis import compare, compare_render, compare_select
+from rnnexp.app.commands.compare import MIN_EFFECT_PCT
+from rnnexp.config.credentials import redact
 from rnnexp.config.schema import default_store_uri
 from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.results import exit_codes
@@ -38,9 +40,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--against", default=None, metavar="SWEEP",
                         help="a baseline sweep: every cell against the run of it that "
                              "measured the same configuration")
-    parser.add_argument("--min-effect", type=float, default=compare.MIN_EFFECT_PCT,
+    parser.add_argument("--min-effect", type=float, default=MIN_EFFECT_PCT,
                         metavar="PCT", help="smallest difference reported, in %% (default: "
-                                            f"{compare.MIN_EFFECT_PCT:g})")
+                                            f"{MIN_EFFECT_PCT:g})")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
                         help="the gate line; exit 3 if a cell is significantly slower than "
                              "its baseline by PCT%% or more")
@@ -78,7 +80,7 @@ def together(loaded: Sequence[Sweep]) -> Sweep:
                  runs=[r for s in loaded for r in s.runs])
 
 
-def paired(args: argparse.Namespace, stores: compare.Stores
+def paired(args: argparse.Namespace, stores: compare_select.Stores
            ) -> tuple[compare.Comparison, list[Sweep]]:
     """The sweeps (together) and, with --against or --baseline, each run's baseline; the
     sweeps read, whose parent runs get the report."""
@@ -93,7 +95,7 @@ def paired(args: argparse.Namespace, stores: compare.Stores
                                   compare.baselines_across(sweep.runs, base.runs),
                                   title), loaded
     if args.baseline:
-        key, value = compare.parse_baseline(args.baseline, sweep.runs)
+        key, value = compare_select.parse_baseline(args.baseline, sweep.runs)
         return compare.Comparison(sweep, sweep.runs,
                                   compare.baselines_within(sweep.runs, key, value),
                                   f"{sweep.name}  (baseline {key}={value})"), loaded
@@ -103,7 +105,8 @@ def paired(args: argparse.Namespace, stores: compare.Stores
 def output(args: argparse.Namespace, loaded: Sequence[Sweep]) -> Path:
     if args.output is not None:
         return args.output
-    names = [compare.chart_name(s, args).removesuffix(".png") for s in loaded[:1]]
+    names = [compare_render.chart_name(s, args.baseline, args.against).removesuffix(".png")
+             for s in loaded[:1]]
     more = f"-and-{len(loaded) - 1}-more" if len(loaded) > 1 else ""
     return DEFAULT_FOLDER / f"{names[0]}{more}.html"
 
@@ -111,13 +114,14 @@ def output(args: argparse.Namespace, loaded: Sequence[Sweep]) -> Path:
 def report(args: argparse.Namespace) -> int:
     from rnnexp.analysis.report import publish
 
-    stores = compare.Stores(args.tracking_uri, args.experiment)
+    stores = compare_select.Stores(args.tracking_uri, args.experiment)
     c, loaded = paired(args, stores)
     if c.bases is not None:
         c.cells = compare.judge(c.runs, c.bases, args.min_effect / 100,
                                 (args.fail_on_regression or 0) / 100)
-    keys = compare.varying(c.runs)
-    data = compare.report_of(c, keys, args, sources=[s.name for s in loaded])
+    keys = compare_render.varying(c.runs)
+    data = compare_render.report_of(c, keys, args.baseline, args.against, args.min_effect,
+                                   args.fail_on_regression, sources=[s.name for s in loaded])
     publish.write(data, output(args, loaded), loaded, stores.client, "report")
     if args.fail_on_regression is None:
         return exit_codes.OK
@@ -136,7 +140,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with store.http_limits():
             return report(args)
     except Exception as err:
-        if not compare.from_the_store(err) or isinstance(err, RnnexpError):
+        if not compare_select.from_the_store(err) or isinstance(err, RnnexpError):
             raise
-        raise RnnexpError(f"MLflow store {compare.redact(str(args.tracking_uri))}: "
-                          f"{compare.redact(store.short_reason(err))}") from None
+        raise RnnexpError(f"MLflow store {redact(str(args.tracking_uri))}: "
+                          f"{redact(store.short_reason(err))}") from None

@@ -16,16 +16,12 @@ import importlib
 import sys
 from typing import Callable, Optional, Sequence
 
-# command → the module whose `main(argv)` it runs
+# command → the module whose `main(argv)` it runs: one a command, each a thin adapter over
+# its stage's logic (what it reads, checks and prints; the exit status).
 COMMANDS = {
-    "compare": "rnnexp.analysis.compare",
-    "report": "rnnexp.analysis.report.command",
-    "matrix": "rnnexp.app.matrix",
-    "sync": "rnnexp.app.sync",
-    "roofline": "rnnexp.run.roofline",
-    "history": "rnnexp.app.history",
-    "bisect": "rnnexp.app.bisect",
-    "search": "rnnexp.app.search.command",
+    name: f"rnnexp.app.commands.{name}"
+    for name in ("compare", "report", "matrix", "sync", "roofline", "history", "bisect",
+                 "search")
 }
 
 
