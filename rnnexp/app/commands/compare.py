@@ -92,9 +92,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                              "when the folder is on this machine, else beside the chart")
     args = parser.parse_args(argv)
     two_given(args)
+    check_judging(args, "one sweep")
+    return args
+
+
+def check_judging(args: argparse.Namespace, within: str) -> None:
+    """--baseline or --against (a baseline option `within` the sweeps, or a baseline sweep),
+    --min-effect and --fail-on-regression, as `compare` and `report` take them."""
     if args.baseline and args.against:
         raise RnnexpError("--baseline and --against: choose one (a baseline option within "
-                          "one sweep, or a baseline sweep)")
+                          f"{within}, or a baseline sweep)")
     if args.fail_on_regression is not None and not (args.baseline or args.against):
         raise RnnexpError("--fail-on-regression needs a baseline — add --against SWEEP or "
                           "--baseline KEY=VALUE")
@@ -103,7 +110,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if value is not None and not 0 <= value < 100:
             raise RnnexpError(f"--{name.replace('_', '-')} {value:g}: a percentage in "
                               "[0, 100) — e.g. 5 for 5%")
-    return args
 
 
 def two_given(args: argparse.Namespace) -> None:

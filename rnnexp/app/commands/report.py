@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from rnnexp.analysis import compare, compare_render, compare_select
-from rnnexp.app.commands.compare import MIN_EFFECT_PCT
+from rnnexp.app.commands.compare import MIN_EFFECT_PCT, check_judging
 from rnnexp.config.credentials import redact
 from rnnexp.config.schema import default_store_uri
 from rnnexp.errors import OneLineParser, RnnexpError
@@ -53,17 +53,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--experiment", default="rnnexp", help="experiment (default: rnnexp)")
     args = parser.parse_args(argv)
     args.sweep = args.sweeps[0] if args.sweeps else None  # compare's name for the first
-    if args.baseline and args.against:
-        raise RnnexpError("--baseline and --against: choose one (a baseline option within "
-                          "the sweeps, or a baseline sweep)")
-    if args.fail_on_regression is not None and not (args.baseline or args.against):
-        raise RnnexpError("--fail-on-regression needs a baseline — add --against SWEEP or "
-                          "--baseline KEY=VALUE")
-    for name in ("min_effect", "fail_on_regression"):
-        value = getattr(args, name)
-        if value is not None and not 0 <= value < 100:
-            raise RnnexpError(f"--{name.replace('_', '-')} {value:g}: a percentage in "
-                              "[0, 100) — e.g. 5 for 5%")
+    check_judging(args, "the sweeps")
     if args.output is not None and args.output.suffix.lower() not in (".html", ".htm"):
         raise RnnexpError(f"-o {args.output}: the report is an HTML file — name it "
                           f"{args.output.with_suffix('.html')}")
