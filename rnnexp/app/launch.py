@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rnnexp.app import config_check
 from rnnexp.config import schema
-from rnnexp.errors import RnnexpError
+from rnnexp.errors import Interrupted, RnnexpError
 from rnnexp.measure import job
 from rnnexp.results import sinks
 from rnnexp.results.report import RichProgress, err_console
@@ -111,6 +111,8 @@ class SweepRun:
                 ended = interleave.measure_window(
                     [j.plan for j in members], [j.history.drift for j in members],
                     f"{self.sweep_id}/{w}", nums, seed, progress)
+        except (KeyboardInterrupt, Interrupted) as err:  # around the window's own: none kept
+            ended = interleave.Ended([None] * len(members), interrupt=err)
         finally:
             signals.settle()
         done = self._results(members, {n: m for n, m in zip(nums, ended.outcomes, strict=True)
