@@ -219,3 +219,55 @@ def test_hydra_is_used_through_its_public_api_but_in_one_module():
     found = {_name(p) for p in [*PACKAGE.rglob("*.py"), *(ROOT / "hydra_plugins").rglob("*.py")]
              if any(u.startswith(("hydra:", "omegaconf:")) for u in _privates_used(p))}
     assert found == {"rnnexp.config.hydra_private"}, found
+
+
+# Module state that a module's functions change: the process's own, each for a reason that
+# makes it the process's rather than a run's (docs/architecture.md#data-flow). The signal
+# disposition and the exit status are single objects (signals.PROCESS, exit_codes.PROCESS).
+PROCESS_STATE = {
+    "rnnexp.app.stopping": {"_watching"},  # threads that end this process's job processes
+    "rnnexp.config.compositions": {"_BASES", "_GROUPS"},  # caches: compositions, groups
+    "rnnexp.config.kernel_plugins": {"_REPORTED"},  # what is said once a process
+    "rnnexp.measure.timing": {"_frozen"},  # gc.freeze(), once a process
+    "rnnexp.results.sinks.mlflow": {"_VIEW_SAVED"},  # cache: the stores' views saved
+}
+MUTATORS = {"append", "extend", "update", "clear", "pop", "add", "remove", "setdefault",
+            "popitem", "move_to_end", "insert", "discard"}
+
+
+def _module_state(path: Path) -> set[str]:
+    """Module-level names that the module's functions rebind (`global`) or change in place."""
+    tree = ast.parse(path.read_text())
+    top = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+           for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+           if isinstance(t, ast.Name)}
+    found = set()
+    for f in ast.walk(tree):
+        if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for n in ast.walk(f):
+            if isinstance(n, ast.Global):
+                found |= set(n.names) & top
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)) \
+                    and isinstance(n.value, ast.Name) and n.value.id in top:
+                found.add(n.value.id)
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                    n.func.attr in MUTATORS and isinstance(n.func.value, ast.Name) and \
+                    n.func.value.id in top:
+                found.add(n.func.value.id)
+    return found
+
+
+def test_module_state_is_the_processs_and_listed():
+    found = {_name(p): state for p in [*PACKAGE.rglob("*.py"),
+                                       *(ROOT / "hydra_plugins").rglob("*.py")]
+             if (state := _module_state(p))}
+    assert found == PROCESS_STATE
+
+
+def test_the_module_state_check_sees_rebinding_and_changes_in_place(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("A = []\nB = 0\nC = {}\nD = (1,)\nE = []\n"
+                      "def f():\n    global B\n    B = 1\n    A.append(1)\n    C['k'] = 2\n"
+                      "    x = E[0]\n    return D, x\n")
+    assert _module_state(source) == {"A", "B", "C"}

@@ -7,6 +7,7 @@ at the end of the sweep from the jobs' saved results, and `rnnexp.app.cli.main` 
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from typing import Iterable
 
 OK = 0  # every job ran and was verified (or declined as unsupported within a sweep)
@@ -32,21 +33,27 @@ def for_statuses(statuses: Iterable[str]) -> int:
     return JOB_FAILED if any(s in FAILED_STATUSES for s in statuses) else OK
 
 
-# The status the process exits with once Hydra returns (set by the job or the sweep's end).
-_pending = OK
-_unwritten = False
+@dataclass
+class Exit:
+    """The status the process exits with once Hydra returns (set by the job or the sweep's
+    end), and whether a result of it went to a fallback folder (which the exit says)."""
+
+    pending: int = OK
+    unwritten: bool = False
+
+
+# The process's one exit status, owned here.
+PROCESS = Exit()
 
 
 def note_unwritten() -> None:
     """A result of this process went to a fallback folder: the exit says so."""
-    global _unwritten
-    _unwritten = True
+    PROCESS.unwritten = True
 
 
 def set_pending(code: int) -> None:
-    global _pending
-    _pending = code
+    PROCESS.pending = code
 
 
 def pending() -> int:
-    return OUTPUT_FAILED if _unwritten else _pending
+    return OUTPUT_FAILED if PROCESS.unwritten else PROCESS.pending

@@ -26,31 +26,44 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 from rnnexp.errors import Interrupted
 from rnnexp.results import exit_codes
 
-HANDLED = (signal.SIGINT, signal.SIGTERM)
-_received: list[int] = []
-# How many `deferred` blocks are open, and the signal that came meanwhile (raised as they
-# close).
-_deferring = [0]
-_deferred: list[int] = []
 
-# The scheduler's warning signals, and what they mean when they reach a job.
-SCHEDULER = {
-    signal.SIGUSR1: "SIGUSR1 from the scheduler (time limit or preemption)",
-    signal.SIGUSR2: "SIGUSR2 from the scheduler (time limit or preemption)",
-}
+def _scheduler_signals() -> dict[int, str]:
+    """The scheduler's warning signals, and what they mean when they reach a job."""
+    return {signal.SIGUSR1: "SIGUSR1 from the scheduler (time limit or preemption)",
+            signal.SIGUSR2: "SIGUSR2 from the scheduler (time limit or preemption)"}
+
+
+@dataclass
+class Disposition:
+    """How this process takes signals, and what came: which end the run (`handled`), which
+    are the scheduler's (`scheduler`: signal → what it means), the SIGINT/SIGTERM received,
+    how many `deferred` blocks are open and the signal that came meanwhile (raised as they
+    close), and the scheduler's signals received (`scheduler_signalled`)."""
+
+    handled: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
+    scheduler: dict[int, str] = field(default_factory=_scheduler_signals)
+    received: list[int] = field(default_factory=list)
+    deferring: int = 0
+    deferred: list[int] = field(default_factory=list)
+    from_scheduler: list[int] = field(default_factory=list)
+
+
+# Signal handlers belong to the process, not to a run: its one disposition, owned here.
+PROCESS = Disposition()
 
 
 def _handler(signum: int, frame) -> None:
-    if _received:  # a second signal while the first is being handled: stop now
+    if PROCESS.received:  # a second signal while the first is being handled: stop now
         os._exit(exit_codes.for_signal(signum))
-    _received.append(signum)
-    if _deferring[0]:
-        _deferred.append(signum)
+    PROCESS.received.append(signum)
+    if PROCESS.deferring:
+        PROCESS.deferred.append(signum)
         return
     raise Interrupted(signum)
 
@@ -59,20 +72,20 @@ def _handler(signum: int, frame) -> None:
 def deferred() -> Iterator[None]:
     """SIGINT/SIGTERM wait for the block to finish, then raise `Interrupted` (a second signal
     still ends the process at once)."""
-    _deferring[0] += 1
+    PROCESS.deferring += 1
     try:
         yield
     finally:
-        _deferring[0] -= 1
-    if not _deferring[0] and _deferred:
-        raise Interrupted(_deferred.pop())
+        PROCESS.deferring -= 1
+    if not PROCESS.deferring and PROCESS.deferred:
+        raise Interrupted(PROCESS.deferred.pop())
 
 
 def install() -> None:
     """From now on SIGINT and SIGTERM raise `Interrupted` (in the main thread, the only one
     that may set handlers: a job in a thread is stopped by its launching process)."""
     if threading.current_thread() is threading.main_thread():
-        for signum in HANDLED:
+        for signum in PROCESS.handled:
             signal.signal(signum, _handler)
 
 
@@ -87,37 +100,33 @@ class Killed(KeyboardInterrupt):
 
     def __init__(self, signum: int):
         self.signum = signum
-        super().__init__(f"killed: {SCHEDULER.get(signum, signal.Signals(signum).name)}")
-
-
-# The scheduler signals this process received, in order (`scheduler_signalled`).
-_from_scheduler: list[int] = []
+        super().__init__(
+            f"killed: {PROCESS.scheduler.get(signum, signal.Signals(signum).name)}")
 
 
 def _raise_killed(signum: int, frame) -> None:
     settle()  # once is enough: recording the result must not be cut by a second signal
-    _from_scheduler.append(signum)
+    PROCESS.from_scheduler.append(signum)
     raise Killed(signum)
 
 
 def sigterm_from_scheduler() -> None:
     """From now on SIGTERM is the scheduler's (this process is a batch task): it stops the
     jobs measuring like SIGUSR1/2, and `install` leaves it to them."""
-    global HANDLED
-    HANDLED = tuple(s for s in HANDLED if s != signal.SIGTERM)
-    SCHEDULER[signal.SIGTERM] = ("SIGTERM from the scheduler (cancel, requeue, preemption or "
-                                 "time limit)")
+    PROCESS.handled = tuple(s for s in PROCESS.handled if s != signal.SIGTERM)
+    PROCESS.scheduler[signal.SIGTERM] = ("SIGTERM from the scheduler (cancel, requeue, "
+                                         "preemption or time limit)")
 
 
 def scheduler_signalled() -> Optional[int]:
     """The last scheduler signal this process received while it measured or recorded (None:
     none came): a batch task starts no more work after one."""
-    return _from_scheduler[-1] if _from_scheduler else None
+    return PROCESS.from_scheduler[-1] if PROCESS.from_scheduler else None
 
 
 def _set_scheduler(handler) -> None:
     if threading.current_thread() is threading.main_thread():  # only it may set handlers
-        for signum in SCHEDULER:
+        for signum in PROCESS.scheduler:
             signal.signal(signum, handler)
 
 
@@ -127,7 +136,7 @@ def stop_job_on_scheduler() -> None:
 
 
 def _note(signum: int, frame) -> None:
-    _from_scheduler.append(signum)
+    PROCESS.from_scheduler.append(signum)
 
 
 def settle() -> None:

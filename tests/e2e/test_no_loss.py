@@ -354,7 +354,7 @@ def test_a_signal_while_recording_waits_for_the_record(monkeypatch):
     from rnnexp.run import signals
 
     monkeypatch.setattr(signals, "_received", [])
-    before = {s: signal.getsignal(s) for s in signals.HANDLED}
+    before = {s: signal.getsignal(s) for s in signals.PROCESS.handled}
     signals.install()
     try:
         recorded = []
