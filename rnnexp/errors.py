@@ -54,6 +54,9 @@ class Interrupted(BaseException):
         self.signum = signum
         super().__init__(f"interrupted by {signal_name(signum)}")
 
+    def __reduce__(self):  # pickled (a launcher's worker process) with what it was made of
+        return type(self), (self.signum,)
+
 
 class InterruptRecorded(Interrupted):
     """An interrupt that its job already recorded — the job's result as measured, or the job
@@ -63,6 +66,9 @@ class InterruptRecorded(Interrupted):
     def __init__(self, signum: int, measured: bool = False):
         super().__init__(signum)
         self.measured = measured
+
+    def __reduce__(self):
+        return type(self), (self.signum, self.measured)
 
 
 def signal_name(signum: int) -> str:

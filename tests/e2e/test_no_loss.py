@@ -377,3 +377,16 @@ def test_a_taken_folder_gives_the_next_free_name(tmp_path):
     assert [p.name for p in taken] == ["10-00-00", "10-00-00-2", "10-00-00-3"]
     assert run_dir.claim(tmp_path / "sweep", run_dir.SWEEP_MARKER) == tmp_path / "sweep"
     assert run_dir.claim(tmp_path / "sweep", run_dir.SWEEP_MARKER) == tmp_path / "sweep-2"
+
+
+def test_an_interrupt_crosses_to_the_launching_process_whole():
+    """A job in a launcher's worker process (joblib) raises its interrupt there; it comes
+    back pickled, with its signal and whether the job had its result."""
+    import pickle
+
+    from rnnexp.errors import Interrupted, InterruptRecorded
+
+    again = pickle.loads(pickle.dumps(InterruptRecorded(signal.SIGTERM, measured=True)))
+    assert isinstance(again, InterruptRecorded) and again.signum == signal.SIGTERM
+    assert again.measured and str(again) == "interrupted by SIGTERM"
+    assert pickle.loads(pickle.dumps(Interrupted(signal.SIGINT))).signum == signal.SIGINT
