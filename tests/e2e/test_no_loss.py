@@ -353,7 +353,7 @@ def test_a_signal_while_recording_waits_for_the_record(monkeypatch):
     from rnnexp.errors import Interrupted
     from rnnexp.run import signals
 
-    monkeypatch.setattr(signals, "_received", [])
+    monkeypatch.setattr(signals, "PROCESS", signals.Disposition())
     before = {s: signal.getsignal(s) for s in signals.PROCESS.handled}
     signals.install()
     try:
