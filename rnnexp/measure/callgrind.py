@@ -89,10 +89,10 @@ def valgrind() -> Optional[str]:
 def check() -> None:
     """Refuse bench.metric=instructions, before anything is built, where it cannot count."""
     if not supported():
-        raise ConfigError("metric", f"instruction counts need Valgrind on x86-64 Linux, "
+        raise ConfigError("bench.metric", f"instruction counts need Valgrind on x86-64 Linux, "
                           f"not {platform.machine()}", "bench.metric=time")
     if valgrind() is None:
-        raise ConfigError("metric", "instructions needs Valgrind, which is not installed",
+        raise ConfigError("bench.metric", "instructions needs Valgrind, which is not installed",
                           f"install it: {INSTALL}; or bench.metric=time")
 
 

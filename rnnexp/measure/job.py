@@ -130,7 +130,7 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
 def check_counting(device: Any) -> None:
     """bench.metric=instructions counts the host's instructions, under Valgrind."""
     if device.type != "cpu":
-        raise ConfigError("metric", f"instructions counts a CPU's instructions; this job "
+        raise ConfigError("bench.metric", f"instructions counts a CPU's instructions; this job "
                           f"runs on {device.type}", "device=cpu, or bench.metric=time")
     callgrind.check()
 
