@@ -451,10 +451,13 @@ def regressions(runs: list[Run], cells: Cells, pct: float) -> list[str]:
     lines = []
     for (i, p), d in sorted(cells.items()):
         if d.verdict == "slower" and 100 * d.slowdown >= pct:
+            judged = (f"interval {d.low:.3f}–{d.high:.3f} by the count's tolerance, "
+                      f"{d.method}" if d.unit == "instructions" else
+                      f"95% interval {d.low:.3f}–{d.high:.3f}, {d.method}, Holm-corrected "
+                      f"p={d.p_holm:.2g}")
             lines.append(f"regression: {runs[i].row.label} {p} {100 * d.slowdown:.1f}% slower "
-                         f"than its baseline (speedup {d.speedup:.3f}×, 95% interval "
-                         f"{d.low:.3f}–{d.high:.3f}, {d.method}, Holm-corrected "
-                         f"p={d.p_holm:.2g})" + (f"; {d.note}" if d.note else ""))
+                         f"than its baseline (speedup {d.speedup:.3f}×, {judged})"
+                         + (f"; {d.note}" if d.note else ""))
     return lines
 
 
