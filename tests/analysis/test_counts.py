@@ -53,3 +53,11 @@ def test_counts_and_their_calibration_round_trip_through_results_json():
                                    instructions=ins).to_json())
     assert back.instructions == ins
     assert back.instructions.metrics()["forward_instructions"] == 11.0
+
+
+def test_a_single_run_prints_its_counts_in_one_line():
+    from rnnexp.results.sinks.console import counts_line
+
+    ins = Instructions(phases={"forward": CountStats.of([[1000.0, 1002.0]], time_ms=0.001)})
+    line = counts_line(ins)
+    assert line.startswith("instructions (callgrind") and "forward 1,001 (±0.10%" in line
