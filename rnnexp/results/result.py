@@ -333,9 +333,10 @@ class Instructions:
     phases: dict[str, CountStats] = field(default_factory=dict)
     tool: str = "callgrind"
     env: dict[str, str] = field(default_factory=dict)
+    count_s: float = 0.0  # wall seconds its counting processes took, start-up included
 
     def metrics(self) -> dict[str, float]:
-        out = {}
+        out = {"count_s": self.count_s}
         for name, c in self.phases.items():
             out[f"{name}_instructions"] = c.median
             out[f"{name}_instructions_spread"] = c.spread
@@ -347,7 +348,8 @@ class Instructions:
     def from_json(cls, data: Mapping[str, Any]) -> Instructions:
         return cls(phases={k: _from_dict(CountStats, v)
                            for k, v in (data.get("phases") or {}).items()},
-                   tool=data.get("tool", "callgrind"), env=dict(data.get("env") or {}))
+                   tool=data.get("tool", "callgrind"), env=dict(data.get("env") or {}),
+                   count_s=float(data.get("count_s") or 0.0))
 
 
 @dataclass

@@ -186,6 +186,7 @@ class Window:
         self.make_host = host or (lambda python, pinned=False: isolation.Local() if local
                                   else isolation.Worker(python or None, pinned=pinned))
         self.counts: dict[int, list[Samples]] = {}  # bench.metric=instructions
+        self.count_s: dict[int, float] = {}  # wall seconds its counting processes took
         self.hosts: list[isolation.Host] = []
         self.parking = False  # set once timing starts: only the visited worker runs
         self.awake: set[int] = set()
@@ -404,9 +405,11 @@ class Window:
         self._phase("instruction counts under Callgrind",
                     sum(self.plans[i].cfg.bench.count_processes for i in todo))
         for i in todo:
+            start = time.perf_counter()
             try:
                 self.counts[i] = [self._count_once(self.plans[i], i)
                                   for _ in range(self.plans[i].cfg.bench.count_processes)]
+                self.count_s[i] = time.perf_counter() - start
             except RnnexpError as err:
                 self.failed[i] = err
 
@@ -463,6 +466,7 @@ class Window:
         for i, counted in self.counts.items():
             if self.jobs[i] in done:
                 done[self.jobs[i]].counts = counted
+                done[self.jobs[i]].count_s = self.count_s.get(i, 0.0)
         return done
 
     def close(self) -> None:

@@ -64,6 +64,7 @@ class Measured:
     interleaving: Optional[Interleaving] = None
     # bench.metric=instructions: each counting process's samples, in instructions.
     counts: list[Samples] = field(default_factory=list)
+    count_s: float = 0.0  # wall seconds of its counting processes, start-up included
 
     def pooled(self) -> Samples:
         pooled = Samples(block=self.ready.block)
