@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from rnnexp.analysis import significance
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = "lstm,jit,jit_premul,jit_premul_bias,jit_simple,jit_multilayer,py"
 COMMON = ["backend=aten", "shape=small", "shape.seq_len=100", "bench=quick"]
@@ -61,7 +63,8 @@ def gate(out: Path, candidate: str) -> tuple[int, list[str]]:
                           cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{out}/mlflow.db",
                                "COLUMNS": "200"})
-    return proc.returncode, [ln for ln in proc.stdout.splitlines()
+    lines = [ln.removeprefix("error: ") for ln in (proc.stdout + proc.stderr).splitlines()]
+    return proc.returncode, [ln for ln in lines
                              if ln.startswith(("regression:", "cells judged"))]
 
 
@@ -89,7 +92,10 @@ def main() -> None:
     print(f"{'model':18} {'fwd instr':>12} {'fwd var %':>9} {'bwd var %':>9} "
           f"{'B/A1 fwd':>9} {'B/A1 bwd':>9} {'ns/instr':>8}")
     for model in sorted(a1):
-        if model not in a2 or model not in b or not a1[model].get("instructions"):
+        if model not in a2 or model not in b:
+            print(f"{model:18} (not in A2 and B: --models)")
+            continue
+        if not a1[model].get("instructions"):
             print(f"{model:18} not counted ({a1[model]['status']}: {a1[model]['reason']})")
             continue
         ph = a1[model]["instructions"]["phases"]
@@ -100,6 +106,15 @@ def main() -> None:
               f"{100 * variation(a1[model], a2[model], 'backward'):>9.4f} "
               f"{ratio['forward']:>9.4f} {ratio['backward']:>9.4f} "
               f"{ph['total']['ns_per_instruction']:>8.3f}")
+    # A/A between single processes: A1's two counting processes of each model and phase,
+    # judged as compare judges one process a side.
+    pairs = [significance.counts([pm[0]], [pm[1]]) for d in a1.values()
+             if d.get("instructions")
+             for pm in (d["instructions"]["phases"][p]["process_medians"]
+                        for p in ("forward", "backward")) if len(pm) == 2]
+    print(f"A/A of single processes (A1's pairs): {sum(d.real for d in pairs)} of {len(pairs)} "
+          f"called different (tolerance {100 * significance.COUNT_TOLERANCE:.1f}%), "
+          f"{sum(d.real and d.slowdown >= 0.01 for d in pairs)} at ≥1%")
     for name, what in (("A2", "A/A"), ("B", "planted seq 100→101")):
         code, lines = gate(out, name)
         flagged = sum(ln.startswith("regression:") for ln in lines)

@@ -56,9 +56,10 @@ SAME, UNDECIDED = "~", "?"
 PAIRED, RUNS = "paired by round", "run against run"
 COUNTS = "instruction counts"
 # The relative tolerance of an instruction count (bench.metric=instructions): counts of one
-# configuration repeat from run to run within it here (docs/instructions.md has the figures),
-# so a larger change is the code's, not noise's.
-COUNT_TOLERANCE = 0.002
+# configuration's processes repeat within it here (docs/benchmarks.md#instruction-counts:
+# 0–0.46% between processes, a cheap iteration moving most), so a larger change is the
+# code's, not noise's.
+COUNT_TOLERANCE = 0.005
 
 
 @dataclass

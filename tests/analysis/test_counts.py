@@ -9,7 +9,7 @@ from rnnexp.results.result import CountStats, Instructions, Result
 
 
 def test_equal_counts_are_the_same_and_a_one_percent_change_is_real():
-    same = counts([1_000_000.0], [1_000_500.0])  # 0.05%: within the tolerance
+    same = counts([1_000_000.0], [1_003_000.0])  # 0.3%: within the tolerance
     assert same.verdict == significance.SAME and not same.real
     assert same.low < 1 < same.high
     slower = counts([1_000_000.0], [1_010_000.0])  # one run a side, 1% more instructions
