@@ -3,7 +3,7 @@
 
 A counting worker is the ordinary worker (rnnexp.measure.isolation) started under
 `valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no`: importing torch runs
-uninstrumented (~5× slower than native instead of ~50×), instrumentation starts right
+uninstrumented (a fraction of what instrumented code costs), instrumentation starts right
 before the warm-up, and only the timed regions collect. `Clock` is the timer's clock there:
 its first mark of a region switches collection on, its second switches it off and dumps the
 counts (a dump zeroes them), so each forward and each backward is one dump file whose total
