@@ -84,5 +84,7 @@ def test_a_counted_sweep_records_counts_and_the_gate_catches_a_planted_change(ru
          "--baseline", "shape.seq_len=8", "--fail-on-regression", "1"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert gate.returncode == 3, gate.stdout + gate.stderr
-    line = next(ln for ln in gate.stderr.splitlines() if "regression:" in ln)
-    assert "instruction counts" in line and "fwd" in line
+    lines = [ln for ln in gate.stderr.splitlines() if "regression:" in ln]
+    assert [" fwd " in ln for ln in lines].count(True) == 1  # seq 9 over seq 8, each phase
+    assert [" bwd " in ln for ln in lines].count(True) == 1
+    assert all("instruction counts" in ln for ln in lines)
