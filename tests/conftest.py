@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 
 from rnnexp.app.config_check import CONF_DIR
 from rnnexp.config import kernel_plugins, schema
+from tests.browser import browser, page  # noqa: F401 — fixtures: one Chromium for the session
 
 ROOT = Path(__file__).resolve().parent.parent
 schema.register()

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import browser, page  # noqa: F401 — fixtures
 from tests.conftest import ROOT
 
 
@@ -33,7 +32,7 @@ def test_every_menu_link_is_a_page_of_the_site(site):
 
 
 @pytest.mark.browser
-def test_the_site_navigates_and_searches_from_disk(site, page):  # noqa: F811
+def test_the_site_navigates_and_searches_from_disk(site, page):
     page.goto((site / "index.html").as_uri())
     page.get_by_role("navigation").get_by_role("link", name="Quick start").first.click()
     page.wait_for_load_state()
