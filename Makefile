@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install browser valgrind test test-gpu gpu-check gpu-wheels bench run sweep ui server \
+.PHONY: help install browser valgrind test test-all test-gpu gpu-check gpu-wheels bench run sweep ui server \
 	slurm-up slurm-down lint docs clean clean-outputs
 
 help:  ## list the targets
@@ -45,8 +45,15 @@ valgrind:  ## Debian's valgrind for bench.metric=instructions (apt-get as root, 
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null; }
 	@valgrind --version
 
-test:  ## run the test suite (CPU; GPU tests skip without a GPU)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The suite runs in parallel (pytest-xdist, a worker a core); a file's tests stay on one worker,
+# so the real sweep or server its module fixtures make is made once.
+XDIST ?= -n auto --dist loadfile
+
+test:  ## the fast suite, in parallel: all but the tests marked slow (GPU tests skip without one)
+	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
+
+test-all:  ## the whole suite, in parallel: slow sweeps, SLURM, browser pages too (what CI runs)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The interpreter for the GPU targets: PYTHON when given (a GPU machine without .venv, its
 # dependencies from wheels on PYTHONPATH: docs/gpu.md), else .venv's if there is one.

@@ -370,12 +370,14 @@ def varying(runs: list[Run]) -> list[str]:
 
 def caption(compared: bool) -> str:
     if not compared:
-        return "median ± IQR/2 in ms"
+        from rnnexp.results.result import QUARTILES_NOTE
+
+        return f"ms: {QUARTILES_NOTE}"
     return ("baseline and ms: the two levels a speedup compares, in ms — paired by round "
             "(rounds' level removed by median polish, then the mean of the processes' "
             "levels) for jobs measured interleaved, the geometric mean of the process "
-            "medians otherwise — and median ± IQR/2 of the samples where nothing is "
-            "compared; speedup = baseline ÷ candidate of those levels (>1: faster) with its "
+            "medians otherwise — and median [q1, q3] of the samples where nothing "
+            "is compared; speedup = baseline ÷ candidate of those levels (>1: faster) with its "
             "95% interval over the processes (t; and the drift between runs for runs "
             "measured apart, + the spread between nodes for runs of different cluster "
             "nodes); Holm-corrected; ~ = the interval lies within ±min-effect; "

@@ -58,8 +58,33 @@ PRELOAD = ["rnnexp.measure.forkserver_tie",  # first: tied to this process (it s
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
+# A Unix socket's path holds at most 107 bytes, and the fork server's socket lives in
+# multiprocessing's temporary folder (TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX): under a long
+# TMPDIR (a cluster job's, a test's) no worker could start. That folder then goes under a
+# short writable one; everything else keeps TMPDIR.
+SOCKET_PATH_MAX = 107
+SOCKET_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+SHORT_TEMP = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _short_socket_folder() -> None:
+    from multiprocessing import util
+
+    if len(tempfile.gettempdir()) + SOCKET_SUFFIX <= SOCKET_PATH_MAX:
+        return
+    short = next((d for d in SHORT_TEMP if os.access(d, os.W_OK)), None)
+    if short is None:
+        return  # multiprocessing's own error then names the path
+    previous, tempfile.tempdir = tempfile.tempdir, short
+    try:
+        util.get_temp_dir()  # made once a process, and kept
+    finally:
+        tempfile.tempdir = previous
+
+
 def _context():
     ctx = mp.get_context("forkserver")
+    _short_socket_folder()
     forkserver_tie.mark_launcher()
     ctx.set_forkserver_preload(PRELOAD)
     return ctx

@@ -78,14 +78,6 @@ def overridden_fields(overrides: Sequence[str], group: str) -> list[str]:
     return out
 
 
-def format_ms(median: Optional[float], iqr: Optional[float]) -> str:
-    """Median ± IQR/2 in ms: read as a symmetric error it suggests times below zero on a
-    skewed sample (0.700 ± 21.8); `format_quartiles` shows what was measured instead."""
-    if median is None:
-        return "—"
-    return f"{median:.3f} ± {(iqr or 0.0) / 2:.3f}"
-
-
 def _decimals(value: float) -> int:
     """Decimals that show three significant digits — run-to-run noise is percents, not
     per mille — at most three (past the microsecond a millisecond figure says nothing),
