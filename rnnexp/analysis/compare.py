@@ -327,7 +327,16 @@ def judge(runs: list[Run], bases: list[Optional[Run]], min_effect: float,
                 where.append((i, p))
                 diffs.append(d)
     significance.decide(diffs, min_effect=min_effect, equivalence=equivalence)
-    return dict(zip(where, diffs, strict=True))
+    cells = dict(zip(where, diffs, strict=True))
+    for i, (run, base) in enumerate(zip(runs, bases, strict=True)):
+        if base is None or base is run or run.row.status != OK or base.row.status != OK:
+            continue
+        for p, _ in PHASES:  # bench.metric=instructions on both sides: judged on counts
+            b, c = base.counts(p), run.counts(p)
+            if b and c:
+                cells[(i, p)] = significance.calibrate(significance.counts(b, c),
+                                                       cells.get((i, p)))
+    return cells
 
 
 def sweeps_of(runs: list[Run], bases: Sequence[Optional[Run]]) -> list[list[Run]]:
@@ -408,9 +417,9 @@ def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, t
         for p, _ in PHASES:
             d = cells.get((i, p))
             if bases is not None:
-                row.append("(this run)" if base is r else base.shown_ms(p, d and d.baseline_ms)
-                           if base else "no match")
-            row.append(r.shown_ms(p, d and d.candidate_ms))
+                row.append("(this run)" if base is r else base.shown_ms(
+                    p, d and d.baseline_ms, d and d.unit) if base else "no match")
+            row.append(r.shown_ms(p, d and d.candidate_ms, d and d.unit))
             if bases is not None:
                 mark = " !" if d and (flagged(r) or flagged(base)) else ""
                 row.append("base" if base is r else d.cell() + mark if d else "—")
@@ -444,10 +453,13 @@ def regressions(runs: list[Run], cells: Cells, pct: float) -> list[str]:
     lines = []
     for (i, p), d in sorted(cells.items()):
         if d.verdict == "slower" and 100 * d.slowdown >= pct:
+            judged = (f"interval {d.low:.3f}–{d.high:.3f} by the count's tolerance, "
+                      f"{d.method}" if d.unit == "instructions" else
+                      f"95% interval {d.low:.3f}–{d.high:.3f}, {d.method}, Holm-corrected "
+                      f"p={d.p_holm:.2g}")
             lines.append(f"regression: {runs[i].row.label} {p} {100 * d.slowdown:.1f}% slower "
-                         f"than its baseline (speedup {d.speedup:.3f}×, 95% interval "
-                         f"{d.low:.3f}–{d.high:.3f}, {d.method}, Holm-corrected "
-                         f"p={d.p_holm:.2g})")
+                         f"than its baseline (speedup {d.speedup:.3f}×, {judged})"
+                         + (f"; {d.note}" if d.note else ""))
     return lines
 
 
@@ -459,6 +471,10 @@ def how_judged(cells: Cells) -> str:
     parts = [f"{n} {m}" for m, n in sorted(methods.items())]
     reasons = Counter(d.why_not for d in cells.values() if d.why_not)
     line = "cells judged: " + ", ".join(parts)
+    disagree = sum(d.note.startswith("counts disagree") for d in cells.values())
+    if disagree:
+        line += (f"; instruction counts disagree with time in {disagree} cell"
+                 f"{'s' * (disagree > 1)}, judged by time there")
     if reasons:
         line += "; nothing said for " + "; ".join(f"{n} ({why})" for why, n in
                                                    reasons.most_common())

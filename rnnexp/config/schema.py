@@ -91,6 +91,15 @@ class ShapeConfig:
                               "choose min_len ≤ max_len")
 
 
+class Metric(Enum):
+    """What a sample is (bench.metric)."""
+
+    time = "time"  # milliseconds on the device's clock
+    # Retired instructions of the measuring process, counted by Valgrind's Callgrind in
+    # processes of their own, beside the time (rnnexp.measure.callgrind).
+    instructions = "instructions"
+
+
 class QuietMode(Enum):
     # What to do when other processes keep the machine busy before timing
     # (rnnexp.machine.environment).
@@ -169,6 +178,15 @@ class BenchConfig:
     # over it (bench.python=/a/bin/python,/b/bin/python) is an A/B of two environments,
     # measured interleaved.
     python: Optional[str] = None
+    # `time` (the default), or `instructions`: each forward and backward also counted as
+    # retired instructions under Valgrind's Callgrind (CPU only, one thread, the ISA pinned
+    # to AVX2 for counting and timing alike). The time is still measured as configured: it
+    # is the counts' calibration, and `compare` judges counts only where time agrees.
+    metric: Metric = Metric.time
+    # Processes counting under Callgrind (each ~50× slower than native while it counts).
+    count_processes: int = 1
+    # Iterations each counting process counts (after bench.warmup untimed ones).
+    count_iters: int = 3
 
     def __post_init__(self) -> None:
         _finite(self, "quiet_timeout_s", "block_ms", "round_ms", "budget_s", "precision")
@@ -184,7 +202,15 @@ class BenchConfig:
             raise ConfigError("quiet_timeout_s", f"must be > 0, got {self.quiet_timeout_s}",
                               "seconds to wait for a quiet machine under bench.quiet=wait")
         _at_least(self, 1, "iters", "num_threads", "profile_iters", "processes",
-                  "max_processes", "window")
+                  "max_processes", "window", "count_processes", "count_iters")
+        _at_most(self, PROCESSES_MAX, "", "count_processes")
+        _at_most(self, ITERATIONS_MAX, "", "count_iters")
+        if self.metric == Metric.instructions:
+            if self.num_threads not in (None, 1):
+                raise ConfigError("num_threads", f"bench.metric=instructions counts one "
+                                  f"thread, got {self.num_threads}",
+                                  "bench.num_threads=1 (or null), or bench.metric=time")
+            self.num_threads = 1
         for name in ("block_ms", "round_ms", "budget_s"):
             value = getattr(self, name)
             if value is not None and value < 0:
