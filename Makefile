@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install browser test test-gpu gpu-check gpu-wheels bench run sweep ui server \
+.PHONY: help install browser valgrind test test-all test-gpu gpu-check gpu-wheels bench run sweep ui server \
 	slurm-up slurm-down lint docs clean clean-outputs
 
 help:  ## list the targets
@@ -37,8 +37,23 @@ browser:  ## Debian's chromium for the report's browser tests (apt-get as root, 
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 	@$(CHROMIUM) --version
 
-test:  ## run the test suite (CPU; GPU tests skip without a GPU)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# bench.metric=instructions counts under Debian's Valgrind (Callgrind); installed with apt-get
+# where missing (root). Without it that metric is refused and its slow test skips.
+valgrind:  ## Debian's valgrind for bench.metric=instructions (apt-get as root, where missing)
+	@command -v valgrind >/dev/null || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "make valgrind: valgrind missing; as root: apt-get install valgrind" >&2; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null; }
+	@valgrind --version
+
+# The suite runs in parallel (pytest-xdist, a worker a core); a file's tests stay on one worker,
+# so the real sweep or server its module fixtures make is made once.
+XDIST ?= -n auto --dist loadfile
+
+test:  ## the fast suite, in parallel: all but the tests marked slow (GPU tests skip without one)
+	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
+
+test-all:  ## the whole suite, in parallel: slow sweeps, SLURM, browser pages too (what CI runs)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The interpreter for the GPU targets: PYTHON when given (a GPU machine without .venv, its
 # dependencies from wheels on PYTHONPATH: docs/gpu.md), else .venv's if there is one.
@@ -62,6 +77,7 @@ run:  ## one default measurement
 bench:  ## speed goals: ratios measured side by side in one run; history and bisection checks
 	$(BIN)/python benchmarks/harness.py
 	$(BIN)/python benchmarks/history.py
+	$(BIN)/python benchmarks/instructions.py
 
 ui:  ## MLflow UI on 127.0.0.1:5000 over the project's store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000

@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 
 from rnnexp.app.config_check import CONF_DIR
 from rnnexp.config import kernel_plugins, schema
+from tests.browser import browser, page  # noqa: F401 — fixtures: one Chromium for the session
 
 ROOT = Path(__file__).resolve().parent.parent
 schema.register()
@@ -93,6 +94,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SERVER_START_S = 300
+
+
 @contextlib.contextmanager
 def serving_mlflow(folder: Path, admin_password: str | None = None) -> Iterator[str]:
     """A real `mlflow server` on 127.0.0.1 (SQLite store, served artifacts, in `folder`), as
@@ -121,14 +125,16 @@ def serving_mlflow(folder: Path, admin_password: str | None = None) -> Iterator[
          "--artifacts-destination", str(folder / "server-artifacts")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder, env=env)
     try:
-        deadline = time.monotonic() + 120
+        # A first start migrates a fresh SQLite store: ~20 s idle, minutes beside other tests.
+        deadline = time.monotonic() + SERVER_START_S
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
                     break
             except OSError:
                 assert server.poll() is None, "mlflow server exited"
-                assert time.monotonic() < deadline, "mlflow server did not start in 120 s"
+                assert time.monotonic() < deadline, \
+                    f"mlflow server did not start in {SERVER_START_S} s"
                 time.sleep(0.5)
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -140,7 +140,16 @@ def judge(runs: list[Run], bases: list[Optional[Run]], min_effect: float,
                 where.append((i, p))
                 diffs.append(d)
     significance.decide(diffs, min_effect=min_effect, equivalence=equivalence)
-    return dict(zip(where, diffs, strict=True))
+    cells = dict(zip(where, diffs, strict=True))
+    for i, (run, base) in enumerate(zip(runs, bases, strict=True)):
+        if base is None or base is run or run.row.status != OK or base.row.status != OK:
+            continue
+        for p, _ in PHASES:  # bench.metric=instructions on both sides: judged on counts
+            b, c = base.counts(p), run.counts(p)
+            if b and c:
+                cells[(i, p)] = significance.calibrate(significance.counts(b, c),
+                                                       cells.get((i, p)))
+    return cells
 
 
 def sweeps_of(runs: list[Run], bases: Sequence[Optional[Run]]) -> list[list[Run]]:
@@ -166,10 +175,13 @@ def regressions(runs: list[Run], cells: Cells, pct: float) -> list[str]:
     lines = []
     for (i, p), d in sorted(cells.items()):
         if d.verdict == "slower" and 100 * d.slowdown >= pct:
+            judged = (f"interval {d.low:.3f}–{d.high:.3f} by the count's tolerance, "
+                      f"{d.method}" if d.unit == "instructions" else
+                      f"95% interval {d.low:.3f}–{d.high:.3f}, {d.method}, Holm-corrected "
+                      f"p={d.p_holm:.2g}")
             lines.append(f"regression: {runs[i].row.label} {p} {100 * d.slowdown:.1f}% slower "
-                         f"than its baseline (speedup {d.speedup:.3f}×, 95% interval "
-                         f"{d.low:.3f}–{d.high:.3f}, {d.method}, Holm-corrected "
-                         f"p={d.p_holm:.2g})")
+                         f"than its baseline (speedup {d.speedup:.3f}×, {judged})"
+                         + (f"; {d.note}" if d.note else ""))
     return lines
 
 

@@ -52,12 +52,14 @@ def varying(runs: list[Run]) -> list[str]:
 
 def caption(compared: bool) -> str:
     if not compared:
-        return "median ± IQR/2 in ms"
+        from rnnexp.results.result import QUARTILES_NOTE
+
+        return f"ms: {QUARTILES_NOTE}"
     return ("baseline and ms: the two levels a speedup compares, in ms — paired by round "
             "(rounds' level removed by median polish, then the mean of the processes' "
             "levels) for jobs measured interleaved, the geometric mean of the process "
-            "medians otherwise — and median ± IQR/2 of the samples where nothing is "
-            "compared; speedup = baseline ÷ candidate of those levels (>1: faster) with its "
+            "medians otherwise — and median [q1, q3] of the samples where nothing "
+            "is compared; speedup = baseline ÷ candidate of those levels (>1: faster) with its "
             "95% interval over the processes (t; and the drift between runs for runs "
             "measured apart, + the spread between nodes for runs of different cluster "
             "nodes); Holm-corrected; ~ = the interval lies within ±min-effect; "
@@ -97,9 +99,9 @@ def table(runs: list[Run], bases: Optional[list[Optional[Run]]], cells: Cells, t
         for p, _ in PHASES:
             d = cells.get((i, p))
             if bases is not None:
-                row.append("(this run)" if base is r else base.shown_ms(p, d and d.baseline_ms)
-                           if base else "no match")
-            row.append(r.shown_ms(p, d and d.candidate_ms))
+                row.append("(this run)" if base is r else base.shown_ms(
+                    p, d and d.baseline_ms, d and d.unit) if base else "no match")
+            row.append(r.shown_ms(p, d and d.candidate_ms, d and d.unit))
             if bases is not None:
                 mark = " !" if d and (flagged(r) or flagged(base)) else ""
                 row.append("base" if base is r else d.cell() + mark if d else "—")
@@ -125,6 +127,10 @@ def how_judged(cells: Cells) -> str:
     parts = [f"{n} {m}" for m, n in sorted(methods.items())]
     reasons = Counter(d.why_not for d in cells.values() if d.why_not)
     line = "cells judged: " + ", ".join(parts)
+    disagree = sum(d.note.startswith("counts disagree") for d in cells.values())
+    if disagree:
+        line += (f"; instruction counts disagree with time in {disagree} cell"
+                 f"{'s' * (disagree > 1)}, judged by time there")
     if reasons:
         line += "; nothing said for " + "; ".join(f"{n} ({why})" for why, n in
                                                    reasons.most_common())

@@ -54,6 +54,12 @@ MIN_EFFECT = 0.03  # differences below 3% are not reported as speedups or slowdo
 MIN_ROUNDS = 3  # paired rounds needed before the interleaved comparison says anything
 SAME, UNDECIDED = "~", "?"
 PAIRED, RUNS = "paired by round", "run against run"
+COUNTS = "instruction counts"
+# The relative tolerance of an instruction count (bench.metric=instructions): counts of one
+# configuration's processes repeat within it here (docs/benchmarks.md#instruction-counts:
+# 0–0.46% between processes, a cheap iteration moving most), so a larger change is the
+# code's, not noise's.
+COUNT_TOLERANCE = 0.005
 
 
 @dataclass
@@ -74,6 +80,11 @@ class Difference:
     candidate_ms: float = math.nan
     processes: tuple[int, int] = (0, 0)  # the baseline's and the candidate's
     shared: bool = False  # both measured in the same worker processes, paired by process
+    # What the levels are: "ms", or "instructions" (baseline_ms / candidate_ms then hold
+    # instructions per iteration).
+    unit: str = "ms"
+    # For counts, what the time measured beside them says (`calibrate`).
+    note: str = ""
 
     @property
     def slowdown(self) -> float:
@@ -99,7 +110,11 @@ class Difference:
         return SAME if self.same else UNDECIDED
 
     def cell(self) -> str:
-        """The table cell: a real speedup with its interval, "~", or "cannot tell ±X%"."""
+        """The table cell: a real speedup with its interval, "~", or "cannot tell ±X%";
+        "(instr)" after a cell judged on instruction counts."""
+        if self.unit == "instructions":
+            text = f"{self.speedup:.3f}×" if self.real else SAME
+            return f"{text} (instr)"
         if self.real:
             return f"{self.speedup:.2f}× ({self.low:.2f}–{self.high:.2f})"
         if self.same:
@@ -305,6 +320,44 @@ def between_runs(baseline: Level, candidate: Level) -> Difference:
     var = sum(v for v, _ in parts)
     df = var ** 2 / sum(v ** 2 / d for v, d in parts if d > 0) if var > 0 else 0.0
     return _t_difference(estimate, var, df, RUNS, **sides)
+
+
+def _relative_range(values: Sequence[float]) -> float:
+    return (max(values) - min(values)) / float(np.median(values)) if len(values) > 1 else 0.0
+
+
+def counts(baseline: Sequence[float], candidate: Sequence[float],
+           tolerance: float = COUNT_TOLERANCE) -> Difference:
+    """Two configurations' instruction counts per iteration (each process's median). A count
+    is not a draw from noise to be tested: its interval is the count's tolerance — the
+    measured floor, or the range each side's processes span, whichever is wider — around
+    the ratio of the medians, and the difference is real when that interval excludes 1."""
+    b, c = float(np.median(baseline)), float(np.median(candidate))
+    tol = max(tolerance, _relative_range(baseline), _relative_range(candidate))
+    speedup = b / c
+    low, high = speedup / (1 + tol), speedup * (1 + tol)
+    real = not low <= 1 <= high
+    return Difference(speedup=speedup, low=low, high=high, p=0.0 if real else 1.0,
+                      method=COUNTS, p_holm=0.0 if real else 1.0, real=real, same=not real,
+                      baseline_ms=b, candidate_ms=c,
+                      processes=(len(baseline), len(candidate)), unit="instructions")
+
+
+def calibrate(count: Difference, time: Optional[Difference]) -> Difference:
+    """A count's cell against the time measured beside it (both decided): where the time
+    moved for certain and its interval excludes the count's ratio, the count is no proxy for
+    this cell (memory-bound code, a cache or frequency effect) and the time's verdict
+    stands, saying so; otherwise the count's, saying what the time said."""
+    if time is None:
+        return dataclasses.replace(count, note="no time to calibrate against")
+    moved = f"time {time.speedup:.3f}× ({time.low:.3f}–{time.high:.3f})" \
+        if math.isfinite(time.low) else "time cannot tell"
+    if time.real and not time.low <= count.speedup <= time.high:
+        return dataclasses.replace(time, note=f"counts disagree: instructions "
+                                   f"{count.speedup:.3f}×, {moved}; judged by time")
+    agrees = "time agrees" if math.isfinite(time.low) and \
+        time.low <= count.speedup <= time.high else moved
+    return dataclasses.replace(count, note=agrees)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -22,7 +22,6 @@ from rnnexp.results.result import (
     Result,
     Roofline,
     Row,
-    format_ms,
     format_quartiles,
 )
 from rnnexp.results.sinks.mlflow import runs, store
@@ -80,13 +79,17 @@ class Run:
     def stats(self, phase: str) -> PhaseStats:
         return self.result.phase(dict(PHASES)[phase])
 
-    def shown_ms(self, phase: str, level: Optional[float] = None) -> str:
+    def shown_ms(self, phase: str, level: Optional[float] = None,
+                 unit: Optional[str] = None) -> str:
         """Its figure beside a comparison: the `level` the comparison's speedup is a ratio
-        of (significance.Difference.baseline_ms / candidate_ms), else median ± IQR/2."""
+        of (significance.Difference.baseline_ms / candidate_ms, in its `unit`), else its
+        median [q1, q3]."""
+        if unit == "instructions" and level is not None:
+            return f"{level / 1e6:,.3f}M instr"
         if level is not None and level == level:  # not NaN
             return format_quartiles(level, None, None)
-        return format_ms(getattr(self.row, f"{phase}_median_ms"),
-                         getattr(self.row, f"{phase}_iqr_ms"))
+        return format_quartiles(*(getattr(self.row, f"{phase}_{s}_ms")
+                                  for s in ("median", "q1", "q3")))
 
     def side(self, phase: str) -> significance.Side:
         """Its side of a paired comparison in its window: round medians, worker processes,
@@ -96,6 +99,14 @@ class Run:
         return significance.Side(rounds_ms=s.rounds_ms, workers=workers,
                                  spread=s.between_drift,
                                  spread_runs=env.drift_runs if env else 0)
+
+    def counts(self, phase: str) -> list[float]:
+        """Its instructions per iteration in a phase, one per counting process, its repeats'
+        too (bench.metric=instructions; empty without counts)."""
+        name = dict(PHASES)[phase]
+        return [m for r in (self, *self.repeats) if r.result.instructions
+                and name in r.result.instructions.phases
+                for m in r.result.instructions.phases[name].process_medians]
 
     def level(self, phase: str) -> Optional[significance.Level]:
         """Its level in a phase for a comparison between runs (None: not timed)."""

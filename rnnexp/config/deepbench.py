@@ -46,11 +46,11 @@ SETS = {"train": (TRAINING, True), "server": (INFERENCE_SERVER, False),
 class DeepBenchConfig:
     """The DeepBench problem a job runs (set by a `deepbench` group option)."""
 
-    set: str = ""
-    cell: str = ""
-    hidden: int = 0
-    batch: int = 0
-    steps: int = 0
+    set: str = ""  # DeepBench's set: train, server or device (inference)
+    cell: str = ""  # lstm or gru
+    hidden: int = 0  # the problem's hidden units (shape.hidden_size is this × scale)
+    batch: int = 0  # the problem's batch size (shape.batch_size is this × scale)
+    steps: int = 0  # the problem's time steps (shape.seq_len is this × scale)
     # Multiplies hidden size, batch and steps (each at least 1): 0.1 runs the mix on a CPU.
     scale: float = 1.0
 

@@ -67,14 +67,14 @@ SIZE_MAX = 2**63 - 1
 
 @dataclass
 class ShapeConfig:
-    seq_len: int = 100
-    num_layers: int = 1
-    input_size: int = 512
-    hidden_size: int = 512
-    batch_size: int = 64
+    seq_len: int = 100  # time steps of each sequence (fixed-length models)
+    num_layers: int = 1  # stacked recurrent layers
+    input_size: int = 512  # features of each step's input
+    hidden_size: int = 512  # features of the hidden (and cell) state
+    batch_size: int = 64  # sequences in a batch
     # Variable-length models draw each sequence's length uniformly from [min_len, max_len].
     min_len: int = 30
-    max_len: int = 100
+    max_len: int = 100  # the longest sequence a variable-length model draws (≥ min_len)
 
     def __post_init__(self) -> None:
         _at_least(self, 1, "seq_len", "num_layers", "input_size", "hidden_size", "batch_size",
@@ -89,6 +89,15 @@ class ShapeConfig:
         if self.min_len > self.max_len:
             raise ConfigError("min_len", f"{self.min_len} exceeds max_len={self.max_len}",
                               "choose min_len ≤ max_len")
+
+
+class Metric(Enum):
+    """What a sample is (bench.metric)."""
+
+    time = "time"  # milliseconds on the device's clock
+    # Retired instructions of the measuring process, counted by Valgrind's Callgrind in
+    # processes of their own, beside the time (rnnexp.measure.callgrind).
+    instructions = "instructions"
 
 
 class QuietMode(Enum):
@@ -121,15 +130,20 @@ class BenchConfig:
     # (forward+backward) lies within ±precision of it, relative (0.02 = ±2%), and at least
     # `min_iters` timed iterations ran. null: always run `iters` (fastrnns' fixed count).
     precision: Optional[float] = None
+    # The fewest timed iterations before a precision target may stop the measurement (≥ 6
+    # with a target: a distribution-free interval of a median needs them).
     min_iters: int = 10
     # Record a torch.profiler trace of `profile_iters` extra iterations after timing (never
     # during): a Chrome trace in the job folder and the top operators in results.json.
     profile: bool = False
-    profile_iters: int = 3
+    profile_iters: int = 3  # iterations traced after timing when `profile` is true
     # Peak memory of each phase, from one extra untimed iteration after timing
     # (rnnexp.measure.phase_memory: cuda_peak_mb on a GPU, rss_hwm_mb on a Linux CPU).
     memory: bool = True
+    # What to do when other processes keep the machine busy before timing
+    # (rnnexp.machine.environment).
     quiet: QuietMode = QuietMode.warn
+    # How long `quiet=wait` waits for a quiet machine before declining, in seconds.
     quiet_timeout_s: float = 300.0
     # Place each result against its device's measured GEMM and copy peaks (rnnexp.run.roofline;
     # measured once per device, dtype and thread count, then read from a cache).
@@ -145,6 +159,8 @@ class BenchConfig:
     # (rnnexp.run.blocks). With a precision target this is the first count, and processes
     # are added up to `max_processes` until the between-process interval meets the target.
     processes: int = 3
+    # The most processes a precision target may add up to (≥ processes); null: no more than
+    # `processes`.
     max_processes: Optional[int] = None
     # A sample is the mean of a block of back-to-back iterations lasting at least this long
     # (0: one iteration per sample, as fastrnns): microsecond kernels timed one by one are
@@ -162,6 +178,15 @@ class BenchConfig:
     # over it (bench.python=/a/bin/python,/b/bin/python) is an A/B of two environments,
     # measured interleaved.
     python: Optional[str] = None
+    # `time` (the default), or `instructions`: each forward and backward also counted as
+    # retired instructions under Valgrind's Callgrind (CPU only, one thread, the ISA pinned
+    # to AVX2 for counting and timing alike). The time is still measured as configured: it
+    # is the counts' calibration, and `compare` judges counts only where time agrees.
+    metric: Metric = Metric.time
+    # Processes counting under Callgrind (each ~50× slower than native while it counts).
+    count_processes: int = 1
+    # Iterations each counting process counts (after bench.warmup untimed ones).
+    count_iters: int = 3
 
     def __post_init__(self) -> None:
         _finite(self, "quiet_timeout_s", "block_ms", "round_ms", "budget_s", "precision")
@@ -177,7 +202,15 @@ class BenchConfig:
             raise ConfigError("quiet_timeout_s", f"must be > 0, got {self.quiet_timeout_s}",
                               "seconds to wait for a quiet machine under bench.quiet=wait")
         _at_least(self, 1, "iters", "num_threads", "profile_iters", "processes",
-                  "max_processes", "window")
+                  "max_processes", "window", "count_processes", "count_iters")
+        _at_most(self, PROCESSES_MAX, "", "count_processes")
+        _at_most(self, ITERATIONS_MAX, "", "count_iters")
+        if self.metric == Metric.instructions:
+            if self.num_threads not in (None, 1):
+                raise ConfigError("num_threads", f"bench.metric=instructions counts one "
+                                  f"thread, got {self.num_threads}",
+                                  "bench.num_threads=1 (or null), or bench.metric=time")
+            self.num_threads = 1
         for name in ("block_ms", "round_ms", "budget_s"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -198,8 +231,9 @@ class BenchConfig:
 
 @dataclass
 class DeviceConfig:
+    # Where to run: auto takes the GPU when torch sees one, else the CPU.
     kind: DeviceKind = DeviceKind.auto
-    index: int = 0
+    index: int = 0  # which GPU (cuda:<index>); ignored on the CPU
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "index")
@@ -249,6 +283,8 @@ class ModelConfig:
     build: Dict[str, Any] = MISSING
     # What the reference and work counts are: "lstm", "gru" or "eltwise".
     family: str = "lstm"
+    # How backends may run the model: as a torch module, a scriptable cell loop, or eager
+    # Python.
     form: Form = Form.module
     # The model to suggest when a backend refuses this one: the scripted twin of an eager
     # loop (py -> jit), or the cell loop of an nn module (lstm -> jit, gru -> jit_gru).
@@ -310,7 +346,10 @@ class JitFuser(Enum):
 class TorchScriptConfig(BackendConfig):
     """backend=jit: TorchScript with a chosen executor, fusion off unless fuser=legacy."""
 
+    # TorchScript's graph executor (fastrnns --executor): profiling and legacy optimise,
+    # simple turns optimisation off (no fusion, no autodiff graphs).
     executor: Executor = Executor.profiling
+    # none, or the legacy fuser (fastrnns --fuser old), which fuses only under executor=legacy.
     fuser: JitFuser = JitFuser.none
 
     def __post_init__(self) -> None:
@@ -330,6 +369,7 @@ InductorMode = Enum("InductorMode", {m: m for m in ("default", "reduce-overhead"
 class InductorConfig(BackendConfig):
     """backend=inductor: torch.compile mode."""
 
+    # torch.compile's mode (torch.compile(mode=...)).
     mode: InductorMode = InductorMode["default"]
     # Let dynamo trace nn.LSTM/nn.GRU modules (torch._dynamo.config.allow_rnn) instead of
     # refusing them: the module itself is compiled, with its compile time and graph breaks.
@@ -364,7 +404,9 @@ class Config:
     # The result sinks, {name: {_target_: ..., options}} (conf/sinks/); built by
     # rnnexp.results.sinks.
     sinks: Dict[str, Any] = field(default_factory=dict)
+    # Element type of weights and activations.
     dtype: DType = DType.float32
+    # Seeds weights, inputs and the backward gradient (0 is a seed like any other).
     seed: int = 0
     # Re-running a sweep in its folder (hydra.sweep.dir=...): skip the jobs already measured
     # there (status ok, same config, code version and torch version); run the rest.

@@ -31,18 +31,20 @@ from __future__ import annotations
 import ctypes
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any, Optional, Protocol
+from pathlib import Path
+from typing import Any, Optional, Protocol, Sequence
 
 from rnnexp import errors
 from rnnexp.machine import memory
 from rnnexp.machine import platform as platform_mod
-from rnnexp.measure import forkserver_tie, job, timing
+from rnnexp.measure import callgrind, forkserver_tie, job, timing
 from rnnexp.measure.measurer import Measurer
 
 # Imported by the fork server before it forks a worker: torch, the measuring code and the
@@ -56,8 +58,33 @@ PRELOAD = ["rnnexp.measure.forkserver_tie",  # first: tied to this process (it s
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
+# A Unix socket's path holds at most 107 bytes, and the fork server's socket lives in
+# multiprocessing's temporary folder (TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX): under a long
+# TMPDIR (a cluster job's, a test's) no worker could start. That folder then goes under a
+# short writable one; everything else keeps TMPDIR.
+SOCKET_PATH_MAX = 107
+SOCKET_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+SHORT_TEMP = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _short_socket_folder() -> None:
+    from multiprocessing import util
+
+    if len(tempfile.gettempdir()) + SOCKET_SUFFIX <= SOCKET_PATH_MAX:
+        return
+    short = next((d for d in SHORT_TEMP if os.access(d, os.W_OK)), None)
+    if short is None:
+        return  # multiprocessing's own error then names the path
+    previous, tempfile.tempdir = tempfile.tempdir, short
+    try:
+        util.get_temp_dir()  # made once a process, and kept
+    finally:
+        tempfile.tempdir = previous
+
+
 def _context():
     ctx = mp.get_context("forkserver")
+    _short_socket_folder()
     forkserver_tie.mark_launcher()
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
@@ -102,12 +129,15 @@ class _Foreign:
     """A worker under another interpreter (bench.python), with the calls of a
     multiprocessing Process that Worker uses."""
 
-    def __init__(self, python: str, child: Connection):
+    def __init__(self, python: str, child: Connection, launcher: Sequence[str] = (),
+                 extra_env: Optional[dict[str, str]] = None):
         fd = child.fileno()
         # Its own rnnexp and torch: nothing of this process's paths (PYTHONPATH, the current
         # folder, which `python -m` puts first) may shadow them.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        self._popen = subprocess.Popen([python, "-m", "rnnexp.measure.isolation", str(fd)],
+        env.update(extra_env or {})
+        self._popen = subprocess.Popen([*launcher, python, "-m", "rnnexp.measure.isolation",
+                                        str(fd)],
                                        pass_fds=[fd], cwd=tempfile.gettempdir(), env=env)
 
     def is_alive(self) -> bool:
@@ -299,15 +329,29 @@ class Local:
 
 class Worker:
     """A worker process hosting slots; the calls of Host. `python` (bench.python): another
-    interpreter than this one's, or None."""
+    interpreter than this one's, or None. `pinned`: a fresh interpreter with the ISA and
+    threads pinned (rnnexp.measure.callgrind.PINNED_ENV: bench.metric=instructions, whose
+    time is the counts' calibration); `counting`: that, under Callgrind."""
 
-    def __init__(self, python: Optional[str] = None):
+    def __init__(self, python: Optional[str] = None, pinned: bool = False,
+                 counting: bool = False):
         ctx = _context()
         self._parked = False
         self._waiting = False  # a request is out, its answer not read
         self._conn, child = ctx.Pipe()
-        if job.foreign(python):
-            self._proc: Any = _Foreign(str(python), child)
+        self.dumps: Optional[Path] = None  # a counting worker's dump folder
+        if pinned or counting:
+            env = dict(callgrind.PINNED_ENV)
+            launcher: list[str] = []
+            if counting:
+                prefix = callgrind.out_prefix()
+                self.dumps = prefix.parent
+                env[callgrind.OUT_ENV] = str(prefix)
+                launcher = callgrind.command(prefix)
+            self._proc: Any = _Foreign(str(python) if job.foreign(python) else sys.executable,
+                                       child, launcher, env)
+        elif job.foreign(python):
+            self._proc = _Foreign(str(python), child)
         else:
             self._proc = ctx.Process(target=_serve, args=(child,), daemon=True)
             _start(self._proc)
@@ -384,6 +428,8 @@ class Worker:
         terminate(self._proc)
         if not self._conn.closed:
             self._conn.close()
+        if self.dumps is not None:
+            shutil.rmtree(self.dumps, ignore_errors=True)
 
 
 def terminate(proc) -> None:

@@ -20,12 +20,12 @@ from omegaconf import OmegaConf
 
 from rnnexp.backends.base import Backend
 from rnnexp.config import kernel_plugins, targets
-from rnnexp.config.schema import Config
+from rnnexp.config.schema import Config, Metric
 from rnnexp.errors import ConfigError
 from rnnexp.machine import memory
 from rnnexp.machine import platform as platform_mod
 from rnnexp.machine.device import check_model_placement, resolve_device, torch_dtype
-from rnnexp.measure import verify
+from rnnexp.measure import callgrind, verify
 from rnnexp.models import plugin
 from rnnexp.models.workload import Workload, WorkloadSpec
 
@@ -106,6 +106,8 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
     if foreign(cfg.bench.python):
         check_python(str(cfg.bench.python))
     device = resolve_device(cfg.device, plat)
+    if cfg.bench.metric == Metric.instructions:
+        check_counting(device)
     check_model_placement(choices.get("model", "?"), cfg.model, device, cfg.dtype, plat)
     backend = make_backend(cfg, plat, device)
     kernel = kernel_plugins.of_model(cfg.model.build)
@@ -123,6 +125,14 @@ def plan(cfg: Config, choices: dict[str, str], overrides: list[str] = (),
                         requires_grad=cfg.bench.backward, reference_math=reference_math,
                         reference_note=reference_note)
     return Plan(cfg, dict(choices), list(overrides), plat, device, backend, spec)
+
+
+def check_counting(device: Any) -> None:
+    """bench.metric=instructions counts the host's instructions, under Valgrind."""
+    if device.type != "cpu":
+        raise ConfigError("bench.metric", f"instructions counts a CPU's instructions; this job "
+                          f"runs on {device.type}", "device=cpu, or bench.metric=time")
+    callgrind.check()
 
 
 def plain_config(cfg: Any) -> dict[str, Any]:

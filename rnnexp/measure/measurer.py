@@ -12,6 +12,7 @@ process's last one (TorchScript's last optimised graph is per process, not per m
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, Optional
 import torch
 
 from rnnexp.machine.platform import Platform
-from rnnexp.measure import job, phase_memory, profiling
+from rnnexp.measure import callgrind, job, phase_memory, profiling
 from rnnexp.measure.phase_memory import PhaseMemory
 from rnnexp.measure.profiling import ProfileInfo
 from rnnexp.measure.timing import Samples, Timer, block_for, clock_for
@@ -97,7 +98,9 @@ class Measurer:
                             if cfg.bench.verify
                             else Verification("skipped", detail="bench.verify=false"))
         t2 = time.perf_counter()
-        clock = clock_for(p.device)
+        # A counting worker (bench.metric=instructions) counts where others time; its clock
+        # starts Callgrind's instrumentation, so the warm-up below is translated as counted.
+        clock = callgrind.Clock() if counting() else clock_for(p.device)
         self._timer = Timer(workload, clock, cfg.bench.backward)
         iteration_ms = self._timer.warmup(cfg.bench.warmup)
         if cfg.bench.block_ms and not iteration_ms:  # no warm-up to size blocks from
@@ -152,6 +155,11 @@ class Measurer:
 
     def close(self) -> None:
         self._workload = self._timer = None
+
+
+def counting() -> bool:
+    """This process is a counting worker: started under Callgrind with a dump prefix."""
+    return callgrind.OUT_ENV in os.environ and callgrind.running()
 
 
 def start_of(p: job.Plan, workload, build_s: float) -> CompileCost:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -75,14 +76,6 @@ def overridden_fields(overrides: Sequence[str], group: str) -> list[str]:
                 value = value.rsplit(".", 1)[-1]
             out.append(f"{key[len(group) + 1:]}={value}")
     return out
-
-
-def format_ms(median: Optional[float], iqr: Optional[float]) -> str:
-    """Median ± IQR/2 in ms: read as a symmetric error it suggests times below zero on a
-    skewed sample (0.700 ± 21.8); `format_quartiles` shows what was measured instead."""
-    if median is None:
-        return "—"
-    return f"{median:.3f} ± {(iqr or 0.0) / 2:.3f}"
 
 
 def _decimals(value: float) -> int:
@@ -294,6 +287,64 @@ class Roofline:
 
 
 @dataclass
+class CountStats:
+    """A phase's retired instructions per iteration (bench.metric=instructions)."""
+
+    median: float
+    low: float  # the least and the most of every counted iteration
+    high: float
+    process_medians: list[float] = field(default_factory=list)
+    samples: list[float] = field(default_factory=list)
+    # The time's median over this median, from the same configuration's timed processes
+    # (ISA pinned alike): what an instruction costs here. Two runs whose times moved while
+    # their counts did not have a different cost per instruction (memory-bound code).
+    ns_per_instruction: Optional[float] = None
+
+    @property
+    def spread(self) -> float:
+        """The relative range of every counted iteration, all processes together."""
+        return (self.high - self.low) / self.median if self.median > 0 else math.inf
+
+    @classmethod
+    def of(cls, per_process: Sequence[Sequence[float]], time_ms: Optional[float]
+           ) -> CountStats:
+        values = [v for process in per_process for v in process]
+        median = float(statistics.median(values))
+        return cls(median=median, low=min(values), high=max(values),
+                   process_medians=[float(statistics.median(p)) for p in per_process],
+                   samples=list(values),
+                   ns_per_instruction=(time_ms * 1e6 / median
+                                       if time_ms is not None and median > 0 else None))
+
+
+@dataclass
+class Instructions:
+    """bench.metric=instructions: each phase counted by `tool`, in processes whose ISA and
+    threads were pinned by `env` (the time's processes too)."""
+
+    phases: dict[str, CountStats] = field(default_factory=dict)
+    tool: str = "callgrind"
+    env: dict[str, str] = field(default_factory=dict)
+    count_s: float = 0.0  # wall seconds its counting processes took, start-up included
+
+    def metrics(self) -> dict[str, float]:
+        out = {"count_s": self.count_s}
+        for name, c in self.phases.items():
+            out[f"{name}_instructions"] = c.median
+            out[f"{name}_instructions_spread"] = c.spread
+            if c.ns_per_instruction is not None:
+                out[f"{name}_ns_per_instruction"] = c.ns_per_instruction
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Instructions:
+        return cls(phases={k: _from_dict(CountStats, v)
+                           for k, v in (data.get("phases") or {}).items()},
+                   tool=data.get("tool", "callgrind"), env=dict(data.get("env") or {}),
+                   count_s=float(data.get("count_s") or 0.0))
+
+
+@dataclass
 class Result:
     choices: dict[str, str]
     overrides: list[str]
@@ -323,6 +374,7 @@ class Result:
     # its first result, with its steady iteration (rnnexp.models.compile_cost).
     memory: Optional[PhaseMemory] = None
     compile_cost: Optional[CompileCost] = None
+    instructions: Optional[Instructions] = None  # bench.metric=instructions
 
     @property
     def label(self) -> str:
@@ -369,6 +421,7 @@ class Result:
             **({"interleaving": asdict(self.interleaving)} if self.interleaving else {}),
             "memory": plain(self.memory) or None,
             "compile_cost": plain(self.compile_cost) or None,
+            **({"instructions": asdict(self.instructions)} if self.instructions else {}),
         }
 
     @classmethod
@@ -401,6 +454,8 @@ class Result:
             "memory": _from_dict(PhaseMemory, data["memory"]) if data.get("memory") else None,
             "compile_cost": (_from_dict(CompileCost, data["compile_cost"])
                              if data.get("compile_cost") else None),
+            "instructions": (Instructions.from_json(data["instructions"])
+                             if data.get("instructions") else None),
             "schema": SCHEMA_VERSION,
         })
 

@@ -26,6 +26,7 @@ from typing import Hashable, Optional, Sequence
 import torch
 
 from rnnexp.config import targets
+from rnnexp.config.schema import Metric
 from rnnexp.machine import environment
 from rnnexp.measure import job
 from rnnexp.run import schedule
@@ -37,7 +38,13 @@ def key(p: job.Plan, index: int) -> Hashable:
     if state is None:
         return ("own", index)
     python = os.path.abspath(p.cfg.bench.python) if job.foreign(p.cfg.bench.python) else ""
-    return (state, p.cfg.bench.num_threads, python, str(p.device))
+    return (state, p.cfg.bench.num_threads, python, str(p.device), pinned(p))
+
+
+def pinned(p: job.Plan) -> bool:
+    """Its time is measured with the ISA and threads pinned (bench.metric=instructions: the
+    counts' calibration), in fresh interpreters (rnnexp.measure.callgrind.PINNED_ENV)."""
+    return p.cfg.bench.metric == Metric.instructions
 
 
 def signature(p: job.Plan) -> Optional[tuple[str, tuple]]:
@@ -63,6 +70,7 @@ class Block:
     members: list[int] = field(default_factory=list)
     processes: int = 1
     python: str = ""  # the interpreter of its workers (bench.python), "" for this one
+    pinned: bool = False  # workers with the ISA pinned (bench.metric=instructions)
 
 
 def blocks(plans: Sequence[job.Plan]) -> list[Block]:
@@ -75,7 +83,7 @@ def blocks(plans: Sequence[job.Plan]) -> list[Block]:
         block = next((b for b in found if b.key == k and not any(
             _clash(mine, signature(plans[j])) for j in b.members)), None)
         if block is None:
-            block = Block(k, python=str(p.cfg.bench.python or ""))
+            block = Block(k, python=str(p.cfg.bench.python or ""), pinned=pinned(p))
             found.append(block)
         block.members.append(i)
         block.processes = max(block.processes, p.cfg.bench.processes)

@@ -19,7 +19,7 @@ from rnnexp.errors import Interrupted, JobCrashed, RnnexpError, crash_line, sign
 from rnnexp.machine import environment, memory
 from rnnexp.machine import platform as platform_mod
 from rnnexp.machine.device import device_name
-from rnnexp.measure import job
+from rnnexp.measure import callgrind, job
 from rnnexp.measure.timing import Progress
 from rnnexp.measure.verify import Verification
 from rnnexp.results.identity import MeasurementKey
@@ -31,6 +31,8 @@ from rnnexp.results.result import (
     RECOMPILED,
     UNSUPPORTED,
     BackendInfo,
+    CountStats,
+    Instructions,
     PhaseStats,
     Result,
     TimingInfo,
@@ -114,11 +116,28 @@ def conclude(p: job.Plan, m: schedule.Measured, history: History, started: datet
         interleaving=m.interleaving,
         memory=m.memory,
     )
+    result.instructions = instructions_of(m, phases)
     if ready.start is not None:  # steady: the median the timed samples give
         result.compile_cost = dataclasses.replace(ready.start,
                                                   steady_ms=result.rate_phase.median_ms)
     history.add(cfg, status, env, phases)
     return result
+
+
+def instructions_of(m: schedule.Measured, phases: dict[str, PhaseStats]
+                    ) -> Optional[Instructions]:
+    """bench.metric=instructions: each phase's counts, with the time's median beside them
+    (the calibration: ns per instruction) and the pinning both ran under."""
+    if not m.counts:
+        return None
+    per = {"forward": [s.forward_ms for s in m.counts]}
+    if all(s.backward_ms for s in m.counts):
+        per["backward"] = [s.backward_ms for s in m.counts]
+        per["total"] = [s.total_ms for s in m.counts]
+    return Instructions(
+        phases={name: CountStats.of(values, phases[name].median_ms if name in phases else None)
+                for name, values in per.items()},
+        env=dict(callgrind.PINNED_ENV), count_s=m.count_s)
 
 
 def assess(env: environment.Environment, runs_drift: drift.Drift,

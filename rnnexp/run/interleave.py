@@ -41,7 +41,7 @@ from rnnexp.errors import Interrupted, JobCrashed, RnnexpError
 from rnnexp.machine import environment, memory
 from rnnexp.machine.environment import Environment
 from rnnexp.measure import isolation, job
-from rnnexp.measure.timing import Progress
+from rnnexp.measure.timing import Progress, Samples
 from rnnexp.results.result import Interleaving
 from rnnexp.run import blocks, schedule
 from rnnexp.run.drift import UNKNOWN, Drift
@@ -199,8 +199,10 @@ class Window:
                         for p, d in zip(plans, drifts, strict=True)]
         self.blocks = blocks.blocks(plans)
         local = window is None and len(plans) == 1 and schedule.in_job_process(plans[0])
-        self.make_host = host or (lambda python: isolation.Local() if local
-                                  else isolation.Worker(python or None))
+        self.make_host = host or (lambda python, pinned=False: isolation.Local() if local
+                                  else isolation.Worker(python or None, pinned=pinned))
+        self.counts: dict[int, list[Samples]] = {}  # bench.metric=instructions
+        self.count_s: dict[int, float] = {}  # wall seconds its counting processes took
         self.hosts: list[isolation.Host] = []
         self.parking = False  # set once timing starts: only the visited worker runs
         self.awake: set[int] = set()
@@ -275,8 +277,9 @@ class Window:
 
     # --- set-up ---------------------------------------------------------------------------
 
-    def new_host(self, python: str) -> int:
-        self.hosts.append(self.make_host(python))
+    def new_host(self, block: blocks.Block) -> int:
+        self.hosts.append(self.make_host(block.python, pinned=True) if block.pinned
+                          else self.make_host(block.python))
         return len(self.hosts) - 1
 
     def set_up(self) -> None:
@@ -285,7 +288,7 @@ class Window:
         tasks: dict[int, deque] = {}
         for block in self.blocks:
             for position in range(block.processes):
-                w = self.new_host(block.python)
+                w = self.new_host(block)
                 tasks[w] = deque((i, position == 0) for i in block.members
                                  if position < self.plans[i].cfg.bench.processes)
         total = sum(len(t) for t in tasks.values())
@@ -393,7 +396,7 @@ class Window:
         """One more process for a configuration with a precision target: a worker of its
         own block's kind, set up while the others wait."""
         block = next(b for b in self.blocks if i in b.members)
-        w = self.new_host(block.python)
+        w = self.new_host(block)
         host = self.hosts[w]
 
         def set_up() -> None:
@@ -403,6 +406,42 @@ class Window:
         self._call(w, set_up)
         if self.envelope is not None and self.envelope.watch is not None:
             self.envelope.watch.refresh()
+
+    # --- instruction counts ---------------------------------------------------------------
+    def count(self) -> None:
+        """bench.metric=instructions: after the timed rounds, each such configuration counted
+        in `bench.count_processes` processes of its own under Callgrind, one after the other
+        (counts need neither a quiet machine nor interleaving; their workers are slow and
+        would load the machine while others are timed). A count that fails fails its
+        configuration: the metric asked for is missing."""
+        todo = [i for i in sorted(self.ended) if i not in self.failed
+                and blocks.pinned(self.plans[i])]
+        if not todo:
+            return
+        self._phase("instruction counts under Callgrind",
+                    sum(self.plans[i].cfg.bench.count_processes for i in todo))
+        for i in todo:
+            start = time.perf_counter()
+            try:
+                self.counts[i] = [self._count_once(self.plans[i], i)
+                                  for _ in range(self.plans[i].cfg.bench.count_processes)]
+                self.count_s[i] = time.perf_counter() - start
+            except RnnexpError as err:
+                self.failed[i] = err
+
+    def _count_once(self, p: job.Plan, slot: int) -> Samples:
+        """One counting process: built, warmed up (instrumented), `count_iters` counted."""
+        host = isolation.Worker(p.cfg.bench.python or None, counting=True)
+        try:
+            host.request("add", slot, p, False)
+            host.answer()
+            host.request("round", slot, p.cfg.bench.count_iters, 1)
+            samples = host.answer().samples
+        finally:
+            host.close()
+        if self.progress:
+            self.progress.advance()
+        return samples
 
     # --- the whole window -----------------------------------------------------------------
 
@@ -418,6 +457,7 @@ class Window:
             self.envelope.settle(ready.threads if ready else 0, self.progress)
             self.rounds()
             self.envelope.close()
+            self.count()
         except (KeyboardInterrupt, Interrupted) as err:
             # What finished before the signal is a measurement: it is returned with it.
             done = self.finished()
@@ -436,9 +476,14 @@ class Window:
             return {}
         record = Interleaving(window=self.window, jobs=list(self.jobs), rounds=self.index,
                               seed=self.seed) if self.window is not None else None
-        return {self.jobs[i]: self.configs[i].measured(self.ended[i], copy.deepcopy(env),
+        done = {self.jobs[i]: self.configs[i].measured(self.ended[i], copy.deepcopy(env),
                                                         copy.deepcopy(record))
                 for i in self.ended if i not in self.failed}
+        for i, counted in self.counts.items():
+            if self.jobs[i] in done:
+                done[self.jobs[i]].counts = counted
+                done[self.jobs[i]].count_s = self.count_s.get(i, 0.0)
+        return done
 
     def close(self) -> None:
         for host in self.hosts:  # asked together, then each waited for

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from rnnexp.config import targets
-from rnnexp.config.schema import BenchConfig, Config
+from rnnexp.config.schema import BenchConfig, Config, Metric
 from rnnexp.machine import memory
 from rnnexp.machine.environment import Environment
 from rnnexp.measure import job
@@ -62,6 +62,9 @@ class Measured:
     memory: Optional[PhaseMemory] = None
     # Set when the samples were taken in a sweep's interleaved rounds (rnnexp.run.interleave).
     interleaving: Optional[Interleaving] = None
+    # bench.metric=instructions: each counting process's samples, in instructions.
+    counts: list[Samples] = field(default_factory=list)
+    count_s: float = 0.0  # wall seconds of its counting processes, start-up included
 
     def pooled(self) -> Samples:
         pooled = Samples(block=self.ready.block)
@@ -73,7 +76,8 @@ class Measured:
 def _in_workers(isolate: bool, bench: BenchConfig) -> bool:
     """Workers measure a job whose backend isolates, that several processes measure, or
     that another interpreter measures (bench.python)."""
-    return isolate or max_processes(bench) > 1 or job.foreign(bench.python)
+    return isolate or max_processes(bench) > 1 or job.foreign(bench.python) \
+        or bench.metric == Metric.instructions  # timed with the ISA pinned
 
 
 def in_job_process(planned: job.Plan) -> bool:

@@ -26,7 +26,7 @@ from rnnexp.measure.verify import Verification
 from rnnexp.results import exit_codes
 from rnnexp.results.result import INVALID, OK, UNSUPPORTED, Interleaving, phase_stats
 from rnnexp.results.sinks import load_jobs
-from tests.browser import browser, open_report, page  # noqa: F401 — fixtures
+from tests.browser import open_report
 from tests.conftest import ROOT, TINY
 
 SWEEP = ["model=lstm,jit,quantized_lstm", "backend=aten,te", "device=cpu", *TINY]
@@ -105,7 +105,7 @@ def test_a_sweep_writes_its_report_prints_it_and_logs_it_to_its_parent_run(real_
 
 
 @pytest.mark.browser
-def test_the_sweep_report_shows_every_cell_in_its_matrix(real_sweep, page):  # noqa: F811
+def test_the_sweep_report_shows_every_cell_in_its_matrix(real_sweep, page):
     folder, _, _ = real_sweep
     open_report(page, folder / "summary" / "report.html")
     head = page.locator("table.matrix thead th").all_inner_texts()
@@ -141,7 +141,7 @@ def test_a_planted_regression_trips_the_gate_and_is_written(compared):
 
 
 @pytest.mark.browser
-def test_the_matrix_shows_status_reasons_numbers_and_the_regression(compared, page):  # noqa: F811
+def test_the_matrix_shows_status_reasons_numbers_and_the_regression(compared, page):
     open_report(page, compared[0])
     baseline = page.locator("a.cell[data-cell='1']")
     assert "baseline" in baseline.inner_text()
@@ -157,7 +157,7 @@ def test_the_matrix_shows_status_reasons_numbers_and_the_regression(compared, pa
 
 
 @pytest.mark.browser
-def test_the_forest_plot_has_every_verdict_and_the_gate(compared, page):  # noqa: F811
+def test_the_forest_plot_has_every_verdict_and_the_gate(compared, page):
     open_report(page, compared[0])
     rows = page.locator("table.verdicts tbody tr")
     assert rows.count() == 2  # jit·aten against lstm·aten, forward and backward
@@ -173,7 +173,7 @@ def test_the_forest_plot_has_every_verdict_and_the_gate(compared, page):  # noqa
 
 @pytest.mark.browser
 def test_a_click_opens_a_cells_details_with_the_command_to_measure_it_again(compared,
-                                                                             page):  # noqa: F811
+                                                                             page):
     open_report(page, compared[0])
     page.locator("a.cell[data-cell='3']").click()
     page.wait_for_selector("#details[data-ready='3']")
@@ -197,7 +197,7 @@ def test_a_click_opens_a_cells_details_with_the_command_to_measure_it_again(comp
 
 @pytest.mark.browser
 def test_it_opens_inside_a_sandboxed_frame_as_mlflow_shows_an_html_artifact(compared,
-                                                                          page):  # noqa: F811
+                                                                          page):
     """MLflow's UI (3.x, ShowArtifactHtmlView) fetches the artifact and shows it in an
     iframe whose src is a blob URL, sandbox="allow-scripts": an opaque origin, no relative
     path, no storage, no forms."""
@@ -217,7 +217,7 @@ def test_it_opens_inside_a_sandboxed_frame_as_mlflow_shows_an_html_artifact(comp
 
 @pytest.mark.browser
 def test_two_sweeps_show_what_differs_between_their_environments(real_sweep, tmp_path,
-                                                                 page):  # noqa: F811
+                                                                 page):
     base = real_sweep[0]
     other = tmp_path / "other"
     shutil.copytree(base, other)
@@ -271,7 +271,7 @@ def test_every_kind_of_figure_is_valid_plotly(compared):
 
 
 @pytest.mark.browser
-def test_a_history_series_gets_its_section(tmp_path, page):  # noqa: F811
+def test_a_history_series_gets_its_section(tmp_path, page):
     """The hook a history command fills: series with change points, shown as a section."""
     report = model.Report(title="history", generated="now", sources=[], cells=[],
                           matrix=model.Matrix([], "", [""], []), series=[history()])

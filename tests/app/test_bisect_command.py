@@ -29,21 +29,23 @@ def venv(tmp: Path, name: str, startup: str = "", runs_rnnexp: bool = True) -> s
 
 @pytest.mark.slow
 def test_a_real_slowdown_is_found_and_a_broken_environment_is_no_slowdown(tmp_path, capsys):
-    envs = [venv(tmp_path, "good"), venv(tmp_path, "broken", runs_rnnexp=False),
-            venv(tmp_path, "same"),
+    # The broken one in the middle: with the breakpoint equally likely anywhere, the first
+    # interior probe is the middle environment, so the broken one is always tried.
+    envs = [venv(tmp_path, "good"), venv(tmp_path, "same"),
+            venv(tmp_path, "broken", runs_rnnexp=False), venv(tmp_path, "same-too"),
             venv(tmp_path, "slow", "import torch; torch.backends.mkldnn.set_flags(False)")]
     rc = run_command("bisect", ["--pythons", *envs, "--workdir", str(tmp_path / "work"),
                                 "--", *MEASUREMENT])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert f"culprit: {envs[3]} (environment 3" in out
+    assert f"culprit: {envs[4]} (environment 4" in out
     probes = [ln for ln in out.splitlines() if ln.startswith("probe ")]
-    broken = [ln for ln in probes if "env 1 " in ln]
+    broken = [ln for ln in probes if "env 2 " in ln]
     # Declined before timing (its interpreter cannot import rnnexp): never read as a slowdown.
     assert broken and all("failed: unsupported: bench.python:" in ln and "cannot import rnnexp"
-                          in ln for ln in broken)
-    assert any("env 2 " in ln for ln in probes)
-    assert f"bench.python={envs[2]},{envs[3]}" in out  # the command that reproduces it
+                          in ln for ln in broken), out
+    assert any("env 3 " in ln for ln in probes)
+    assert f"bench.python={envs[3]},{envs[4]}" in out  # the command that reproduces it
 
 
 def test_bad_arguments_are_one_line(tmp_path, capsys):

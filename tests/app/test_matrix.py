@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from rnnexp.app.commands import matrix
 from rnnexp.app.config_check import group_options
 from tests.backends.test_backends import CUDA_GPU, ROCM_GPU
@@ -20,6 +22,7 @@ def test_matrix_on_a_simulated_cuda_machine():
     assert "use model=jit" in cells["py", "jit"]
 
 
+@pytest.mark.slow
 def test_matrix_command_lists_every_model_backend_and_reason():
     proc = subprocess.run([sys.executable, "-m", "rnnexp", "matrix"], cwd=ROOT,
                           capture_output=True, text=True, timeout=180,

@@ -209,6 +209,7 @@ def test_the_winner_is_the_one_a_fresh_ab_confirms(grid, tmp_path):
     assert c.winner is not None and c.winner.trial == b.number
 
 
+@pytest.mark.slow
 def test_replayed_searches_beat_random_on_the_synthetic_grid(grid, tmp_path):
     """The decision rule, not a timing: on a grid with a clear best the GP search finds it
     within its budget for most seeds."""

@@ -33,6 +33,7 @@ def test_glob_lists_the_options_of_its_group():
     assert len(check(["model=glob(jit_premul*)", "shape=small"], multirun=True)) == 2
 
 
+@pytest.mark.slow
 def test_glob_over_an_added_group_as_the_docs_show():
     configs = check(["+experiment=deepbench", "+deepbench=glob(server_*)"], multirun=True)
     assert len(configs) == len(deepbench.INFERENCE_SERVER) > 1
@@ -55,6 +56,7 @@ def test_a_bad_job_among_globbed_ones_names_its_field():
         check(["model=glob(jit_premul*)", "+shape.foo=1"], multirun=True)
 
 
+@pytest.mark.slow
 def test_a_glob_sweep_runs_through_the_cli(run_cli, tmp_path):
     proc = run_cli("model=glob(jit_premul*)", *TINY, multirun=True)
     assert proc.returncode == 0, proc.stderr

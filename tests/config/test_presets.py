@@ -28,6 +28,7 @@ def test_every_preset_says_which_question_it_answers(preset):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.slow
 def test_every_preset_composes_every_job(preset):
     configs = check([f"+experiment={preset}", *TINY], multirun=False)
     assert len(configs) == JOBS[preset]
@@ -61,6 +62,7 @@ def test_deepbench_holds_its_published_lstm_and_gru_problems():
     assert all(cell in ("lstm", "gru") for *_, cell in deepbench.TRAINING)
 
 
+@pytest.mark.slow
 def test_deepbench_jobs_take_the_shape_model_and_phases_of_their_problem():
     configs = check(["+experiment=deepbench"], multirun=False)
     by_name = {deepbench.option_name(c.deepbench.set, c.deepbench.hidden, c.deepbench.batch,

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import TINY, load_results
 
 
@@ -58,6 +60,7 @@ def test_unavailable_backend_is_declined_before_timing(run_cli, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_sweep_runs_each_job_and_declines_what_cannot_run(run_cli, tmp_path):
     proc = run_cli("model=lstm,py", "backend=aten,cudnn", *TINY, multirun=True)
     assert proc.returncode == 0, proc.stderr

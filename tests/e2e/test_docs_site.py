@@ -5,13 +5,13 @@ pages — in headless Chromium, from file://."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.browser import browser, page  # noqa: F401 — fixtures
 from tests.conftest import ROOT
 
 
@@ -33,7 +33,7 @@ def test_every_menu_link_is_a_page_of_the_site(site):
 
 
 @pytest.mark.browser
-def test_the_site_navigates_and_searches_from_disk(site, page):  # noqa: F811
+def test_the_site_navigates_and_searches_from_disk(site, page):
     page.goto((site / "index.html").as_uri())
     page.get_by_role("navigation").get_by_role("link", name="Quick start").first.click()
     page.wait_for_load_state()
@@ -48,3 +48,17 @@ def test_the_site_navigates_and_searches_from_disk(site, page):  # noqa: F811
     assert results.count() > 0
     assert "roofline" in results.first.inner_text().lower()
     assert not page.remote_requests, page.remote_requests  # nothing fetched from a network
+
+
+def test_the_menu_is_by_kind_and_the_field_reference_is_built(site):
+    """Tutorial, how-to guides, reference, explanation; the configuration fields page made
+    from the schema at build, every field of the schema on it."""
+    from tests.config.test_config_reference import schema_fields
+
+    menu = re.sub(r"\s+", " ", (site / "index.html").read_text())
+    for kind in ("Tutorial", "How-to guides", "Reference", "Explanation"):
+        assert f" {kind} </" in menu, kind
+    fields = (site / "config-fields.html").read_text()
+    assert "config-fields:" not in fields  # every marker replaced
+    for name in schema_fields():
+        assert f"<code>{name}</code>" in fields, name

@@ -63,6 +63,7 @@ def isolated_child(parent: psutil.Process, timeout: float = 180) -> psutil.Proce
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow
 def test_signal_kills_the_isolated_child_and_records_killed(signum, tmp_path):
     proc = start("-m", "model=jit", "backend=jit", "shape=small", "bench.warmup=0",
                  "bench.iters=1000000", "bench.verify=false", "seed=0,1",
@@ -189,6 +190,7 @@ def test_failed_verification_exits_1_with_no_rates_anywhere(tmp_path):
     assert not [k for k in run_.data.metrics if k.endswith(("tokens_per_s", "gflops", "gbps"))]
 
 
+@pytest.mark.slow
 def test_password_in_a_tracking_uri_is_written_nowhere(tmp_path):
     secret = "s3cr3t-pw"
     code, out, err = run(*TINY, f"sinks.mlflow.uri=http://alice:{secret}@127.0.0.1:9/",
@@ -349,6 +351,7 @@ def test_an_unwritable_run_folder_is_one_line_before_anything_runs(where, tmp_pa
     assert not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.slow
 def test_concurrent_sweeps_on_a_fresh_store_are_all_recorded(tmp_path):
     uri = f"sqlite:///{tmp_path}/fresh.db"
     procs = [start("-m", *TINY, f"seed={2 * i},{2 * i + 1}",

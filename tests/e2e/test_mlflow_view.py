@@ -19,7 +19,6 @@ from mlflow.tracking import MlflowClient
 
 from rnnexp.results.sinks.mlflow import view
 from rnnexp.results.sinks.mlflow.runs import rounded, run_name
-from tests.browser import browser  # noqa: F401 — fixture
 from tests.conftest import TINY
 
 WIDTH = 1600
@@ -61,7 +60,7 @@ def numbers(text: str) -> list[str]:
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_the_view_opens_on_every_jobs_figures(recorded, browser):  # noqa: F811
+def test_the_view_opens_on_every_jobs_figures(recorded, browser):
     server, link = recorded
     assert link.startswith(server) and link.endswith("?viewStateShareKey=rnnexp")
     client = MlflowClient(server)

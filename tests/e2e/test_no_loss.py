@@ -41,6 +41,7 @@ def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str, str]
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 def test_a_signal_after_the_table_keeps_the_finished_result(tmp_path):
     """SIGTERM once the table is printed, while the result goes to a fresh MLflow store (its
     schema takes seconds to make): the result stays as measured, on disk and in MLflow."""
@@ -143,6 +144,7 @@ def kept_in(err: str) -> Path:
     return Path(line.rsplit("the result is kept in ", 1)[1])
 
 
+@pytest.mark.slow
 def test_a_full_disk_keeps_the_result_elsewhere_and_says_where(tmp_path):
     (tmp_path / "tmp").mkdir()
     code, out, err = finish(start(*TINY, f"hydra.run.dir={tmp_path}/run", tmp=tmp_path,
@@ -159,6 +161,7 @@ def test_a_full_disk_keeps_the_result_elsewhere_and_says_where(tmp_path):
     assert "results.json" in {a.path for a in client.list_artifacts(child.info.run_id)}
 
 
+@pytest.mark.slow
 def test_a_full_disk_in_one_job_goes_on_with_the_sweep_and_closes_its_parent(tmp_path):
     (tmp_path / "tmp").mkdir()
     sweep = tmp_path / "sweep"
@@ -175,6 +178,7 @@ def test_a_full_disk_in_one_job_goes_on_with_the_sweep_and_closes_its_parent(tmp
 
 
 @pytest.mark.parametrize("launcher", [["hydra/launcher=basic"], []])
+@pytest.mark.slow
 def test_a_disk_that_fills_after_the_first_job_stops_the_sweep_exit_4(launcher, tmp_path):
     """Everything under job 1's folder fails as on a full disk, Hydra's own files too: the
     sweep stops with one line and exit 4 (an output that cannot be written, not bad input),
@@ -203,11 +207,12 @@ def test_a_disk_that_fills_after_the_first_job_stops_the_sweep_exit_4(launcher, 
     assert "0" in {c.data.params["seed"] for c in children}
 
 
+@pytest.mark.slow
 def test_a_run_folder_gone_mid_run_keeps_the_result_elsewhere(tmp_path):
     """The run's folder replaced by a file while it measures (what a cleanup script or an
     unmounted disk does; permissions do not stop root): the result is kept, exit 4."""
     run = tmp_path / "run"
-    proc = start(*TINY, "bench.iters=10000", f"hydra.run.dir={run}", tmp=tmp_path,
+    proc = start(*TINY, "bench.iters=2000", f"hydra.run.dir={run}", tmp=tmp_path,
                  TMPDIR=str(tmp_path))
     try:
         deadline = time.monotonic() + 120
@@ -229,6 +234,7 @@ def test_a_run_folder_gone_mid_run_keeps_the_result_elsewhere(tmp_path):
     assert child.info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_never_share_a_folder(tmp_path):
     """Both runs get the same folder from their config (as two runs of the default
     outputs/runs/<date>/<time> do when they start in the same second): one takes it, the
@@ -256,6 +262,7 @@ def sync(folder: Path, tmp: Path) -> subprocess.CompletedProcess:
                           env=env_for(tmp), capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_copied_sweep_folder_is_its_own_sweep_and_a_moved_one_the_same(tmp_path):
     """Resume in a copy: the copy's folder and a parent run of its own, the original's
     untouched. Sync of a moved folder: the original's parent, nothing uploaded twice."""
@@ -317,6 +324,7 @@ def test_a_launch_that_fails_closes_its_parent_and_compare_passes_over_it(tmp_pa
 
 @pytest.mark.parametrize("launcher", [["hydra/launcher=rnnexp_local"],
                                       ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]])
+@pytest.mark.slow
 def test_sigterm_to_a_launcher_in_processes_records_its_jobs_and_ends_them(launcher,
                                                                            tmp_path):
     sweep = tmp_path / "sweep"

@@ -128,6 +128,7 @@ def test_resume_skips_what_finished_and_reruns_what_was_killed(tmp_path):
                                                         "KILLED"]
 
 
+@pytest.mark.slow
 def test_resume_does_not_skip_another_code_version(tmp_path, run_cli):
     proc = run_cli(*TINY, "model=lstm,gru", "sinks=[json]", multirun=True)
     assert proc.returncode == 0, proc.stderr

@@ -37,6 +37,7 @@ def warning_lines(stderr: str) -> list[str]:
     return [ln for ln in stderr.splitlines() if ln.startswith("warning: timings may not")]
 
 
+@pytest.mark.slow
 def test_a_run_beside_a_cpu_hog_warns_in_one_line_and_records_why(run_cli, tmp_path):
     with cpu_hogs():
         proc = run_cli(*RUN)

@@ -113,6 +113,7 @@ def test_the_resident_set_meter_sees_memory_a_phase_takes():
 
 # --- recorded for real ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_forward_backward_jit_run_records_memory_start_up_and_metrics(run_cli, tmp_path):
     proc = run_cli(*TINY, *MEASURABLE, "model=jit", "backend=jit", "device=cpu",
                    "sinks=[json,console,mlflow]", "sinks.console.wide=true")

@@ -3,6 +3,8 @@ measured in several of them, and crashes or signals that end them."""
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
@@ -109,3 +111,16 @@ def test_one_worker_hosts_several_configurations_and_an_error_ends_only_its_own(
         assert len(worker.answer().samples.forward_ms) == 1
     finally:
         worker.close()
+
+
+def test_a_worker_starts_under_a_temporary_folder_too_long_for_a_socket(tmp_path):
+    """A cluster job's or a test's TMPDIR can be longer than a Unix socket's path allows; the
+    fork server's socket then goes under a short folder and the worker starts."""
+    long = tmp_path / ("d" * 60) / ("e" * 60)
+    long.mkdir(parents=True)
+    code = ("import tempfile\nfrom rnnexp.measure import isolation\n"
+            "w = isolation.Worker()\nassert w.alive()\nw.close()\nprint(tempfile.gettempdir())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(long)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(long)  # everything else still goes to TMPDIR

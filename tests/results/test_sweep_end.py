@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rnnexp.measure.timing import Samples
 from rnnexp.models.workload import Work
 from rnnexp.results import job_links, summary
@@ -96,6 +98,7 @@ def test_the_end_names_the_folder_its_jobs_its_files_and_the_next_command(tmp_pa
         "rnnexp compare 'my sweep' --baseline seed=1"
 
 
+@pytest.mark.slow
 def test_a_real_sweep_prints_one_table_then_where_and_its_next_command_runs(tmp_path):
     env = {**os.environ, "PYTHONWARNINGS": "ignore",
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}

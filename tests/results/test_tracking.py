@@ -206,6 +206,7 @@ def test_parallel_sweep_on_a_fresh_store_loses_nothing(run_cli, tmp_path):
     assert parents[0].info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp_path,
                                                                    capsys):
     t0 = time.monotonic()
@@ -227,6 +228,7 @@ def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp
     assert children[0].data.metrics["fwd/n"] == 3
 
 
+@pytest.mark.slow
 def test_offline_sweep_syncs_as_parent_and_children(run_cli, tmp_path, capsys):
     proc = run_cli("model=lstm,py", *TINY, f"sinks.mlflow.uri=http://127.0.0.1:{free_port()}",
                    multirun=True)
@@ -270,6 +272,7 @@ def test_runs_reach_a_real_mlflow_server(run_cli, mlflow_server):
     assert "results.json" in artifacts(client, children[0].info.run_id)
 
 
+@pytest.mark.slow
 def test_without_mlflow_records_nothing_and_prints_fastrnns_json(run_cli, tmp_path):
     proc = run_cli(*TINY, "sinks=[json,console,fastrnns]")
     assert proc.returncode == 0, proc.stderr

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from rnnexp.results import job_links, summary
 from rnnexp.results.report import console, print_warning, results_table
-from rnnexp.results.result import INTERRUPTED, OK, RESULTS_FILE, Result
+from rnnexp.results.result import INTERRUPTED, OK, RESULTS_FILE, Instructions, Result
 from rnnexp.results.sinks import Jobs, Sink, Sweep
 
 # A sweep names its job folders one by one up to this many, else one example.
@@ -32,6 +32,8 @@ class Console(Sink):
         if sweep is not None:
             return  # the sweep's table at its end shows it, with the others
         console.print(results_table([result], wide=self.wide))
+        if result.instructions is not None:
+            console.print(counts_line(result.instructions), highlight=False)
         if result.environment is not None and result.environment.warnings:
             print_warning(result.environment.warning_line())
         if (Path(output_dir) / RESULTS_FILE).exists():
@@ -47,6 +49,14 @@ class Console(Sink):
     def on_sweep_closed(self, sweep: Sweep, jobs: Jobs) -> None:
         for line in where_it_went(sweep.path, jobs):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def counts_line(ins: Instructions) -> str:
+    """bench.metric=instructions: each phase's count per iteration, its spread and cost."""
+    parts = [f"{name} {c.median:,.0f} (±{50 * c.spread:.2f}%"
+             + (f", {c.ns_per_instruction:.3f} ns each)" if c.ns_per_instruction else ")")
+             for name, c in ins.phases.items()]
+    return f"instructions ({ins.tool}, one thread, AVX2): " + " · ".join(parts)
 
 
 def sweep_warnings(jobs: Jobs) -> list[str]:

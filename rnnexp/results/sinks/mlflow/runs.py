@@ -202,6 +202,10 @@ def key_metrics(result: Result) -> dict[str, float]:
     out.update({k: rates[k] for k in KEY_RATES if k in rates})
     roof = result.roofline.metrics() if result.roofline else {}
     out.update({k: roof[k] for k in KEY_ROOFLINE if k in roof})
+    if result.instructions:
+        for phase, prefix in PHASE_PREFIX.items():
+            if phase in result.instructions.phases:
+                out[f"{prefix}_instructions"] = result.instructions.phases[phase].median
     return {k: rounded(v) for k, v in out.items()}
 
 
@@ -221,6 +225,9 @@ def metrics_of(result: Result) -> dict[str, float]:
         metrics.update({f"compile/{k}": v for k, v in result.compile_cost.metrics().items()})
     if result.roofline:
         metrics.update({f"roofline/{k}": v for k, v in result.roofline.metrics().items()})
+    if result.instructions:  # bench.metric=instructions: counts beside the times
+        metrics.update({f"instructions/{k}": v
+                        for k, v in result.instructions.metrics().items()})
     err = result.verification.max_abs_error if result.verification else None
     if isinstance(err, (int, float)):
         metrics["verify/max_abs_error"] = float(err)

@@ -1,0 +1,155 @@
+"""Retired instructions of a measuring process, counted by Valgrind's Callgrind
+(bench.metric=instructions).
+
+A counting worker is the ordinary worker (rnnexp.measure.isolation) started under
+`valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no`: importing torch runs
+uninstrumented (a fraction of what instrumented code costs), instrumentation starts right
+before the warm-up, and only the timed regions collect. `Clock` is the timer's clock there:
+its first mark of a region switches collection on, its second switches it off and dumps the
+counts (a dump zeroes them), so each forward and each backward is one dump file whose total
+is that region's `Ir` — the timer (rnnexp.measure.timing) stays as it is.
+
+The client requests are Valgrind's documented magic instruction sequence (valgrind.h, amd64)
+run from a few bytes of executable memory through ctypes: torch exposes only
+CALLGRIND_TOGGLE_COLLECT and DUMP_STATS, and starting instrumentation after the imports
+needs START_INSTRUMENTATION. Outside Valgrind the sequence is a no-op that returns its
+default, so the same code runs natively.
+
+Counts depend on the code the libraries pick for the CPU. Valgrind's synthetic CPU has no
+AVX-512, so counting and its calibration (time measured alongside) both run with the ISA
+pinned to AVX2 (`PINNED_ENV`, recorded with the result) and one thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import platform
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from rnnexp.errors import ConfigError
+
+# The ISA and threads of counting workers and of their time calibration: ATen's dispatch,
+# oneDNN, MKL and glibc's string/memory routines pinned to what Valgrind's CPU offers; one
+# OpenMP thread; Python's hashing fixed (set and dict order decide some code paths).
+PINNED_ENV = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "DNNL_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONHASHSEED": "0",
+}
+# Where a counting worker's dumps go (set by the job's process for each counting worker).
+OUT_ENV = "RNNEXP_CALLGRIND_OUT"
+INSTALL = "make valgrind (apt-get install valgrind, as root)"
+
+# amd64: rax = &args, rdx = default; the rotate preamble and `xchg rbx,rbx` ask Valgrind;
+# rdx comes back as its answer (valgrind.h's VALGRIND_DO_CLIENT_REQUEST_EXPR).
+_CODE = bytes.fromhex("4889f8" "4889f2" "48c1c703" "48c1c70d" "48c1c73d" "48c1c733"
+                      "4887db" "4889d0" "c3")
+RUNNING_ON_VALGRIND = 0x1001
+_TOOL = (ord("C") << 24) | (ord("T") << 16)  # VG_USERREQ_TOOL_BASE('C','T')
+DUMP_STATS, TOGGLE_COLLECT, START_INSTRUMENTATION = _TOOL, _TOOL + 2, _TOOL + 4
+
+_request_fn = None
+
+
+def supported() -> bool:
+    return platform.machine() in ("x86_64", "AMD64") and os.name == "posix"
+
+
+def _request(code: int, default: int = 0) -> int:
+    """One Valgrind client request; `default` when not under Valgrind."""
+    global _request_fn
+    if _request_fn is None:
+        buf = mmap.mmap(-1, mmap.PAGESIZE,
+                        prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        buf.write(_CODE)
+        fn_type = ctypes.CFUNCTYPE(ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong)
+        _request_fn = (fn_type(ctypes.addressof(ctypes.c_char.from_buffer(buf))), buf)
+    args = (ctypes.c_ulong * 6)(code, 0, 0, 0, 0, 0)
+    return int(_request_fn[0](ctypes.addressof(args), default))
+
+
+def running() -> bool:
+    """This process runs under Valgrind."""
+    return supported() and _request(RUNNING_ON_VALGRIND) > 0
+
+
+def valgrind() -> Optional[str]:
+    return shutil.which("valgrind")
+
+
+def check() -> None:
+    """Refuse bench.metric=instructions, before anything is built, where it cannot count."""
+    if not supported():
+        raise ConfigError("bench.metric", f"instruction counts need Valgrind on x86-64 Linux, "
+                          f"not {platform.machine()}", "bench.metric=time")
+    if valgrind() is None:
+        raise ConfigError("bench.metric", "instructions needs Valgrind, which is not installed",
+                          f"install it: {INSTALL}; or bench.metric=time")
+
+
+def command(out_prefix: Path) -> list[str]:
+    """The launcher a counting worker's interpreter runs under."""
+    return [valgrind() or "valgrind", "--tool=callgrind", "--instr-atstart=no",
+            "--collect-atstart=no", "--dump-line=no", "--dump-instr=no",
+            "--collect-systime=no", f"--log-file={out_prefix.parent / 'valgrind.log'}",
+            f"--callgrind-out-file={out_prefix}"]
+
+
+def out_prefix() -> Path:
+    """A fresh folder's dump prefix for one counting worker."""
+    return Path(tempfile.mkdtemp(prefix="rnnexp-callgrind-")) / "callgrind.out"
+
+
+def total(path: Path) -> int:
+    """A dump's total `Ir` (its summary line, or totals for older Valgrinds)."""
+    with open(path, "rb") as f:
+        for line in f:
+            if line.startswith((b"summary:", b"totals:")):
+                return int(line.split()[1])
+    raise RuntimeError(f"{path} holds no summary line")
+
+
+class Clock:
+    """The timer's clock in a counting worker: a region between two marks collects, and
+    `elapsed_ms` is its instruction count (not milliseconds: the unit of this clock), less
+    what the marks themselves cost (the least of a few empty regions)."""
+
+    name = "callgrind"
+
+    def __init__(self, prefix: Optional[str] = None):
+        self.prefix = Path(prefix or os.environ[OUT_ENV])
+        self._dumps = 0
+        self._open = False
+        _request(START_INSTRUMENTATION)
+        self.overhead = 0
+        self.overhead = min(self._empty() for _ in range(3))
+
+    def _empty(self) -> int:
+        start = self.mark()
+        return self.elapsed_ms(start, self.mark())
+
+    def mark(self) -> int:
+        _request(TOGGLE_COLLECT)
+        if self._open:
+            _request(DUMP_STATS)
+            self._dumps += 1
+        self._open = not self._open
+        return self._dumps
+
+    def sync(self) -> None:
+        pass
+
+    def elapsed_ms(self, start: int, end: int) -> int:
+        path = self.prefix.with_name(f"{self.prefix.name}.{end}")
+        count = total(path)
+        path.unlink()
+        return max(0, count - self.overhead)

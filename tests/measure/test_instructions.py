@@ -1,0 +1,90 @@
+"""bench.metric=instructions: the refusals before anything is built, the client requests
+outside Valgrind, and (slow) a sweep counted under Callgrind whose planted change the
+regression gate catches."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from rnnexp.config import schema
+from rnnexp.errors import ConfigError
+from rnnexp.measure import callgrind, job
+from tests.backends.test_backends import CUDA_GPU
+from tests.conftest import TINY, choices_of, compose_cfg
+
+
+def plan(overrides, plat=None):
+    cfg = compose_cfg(overrides)
+    return job.plan(schema.validate(cfg), choices_of(cfg), overrides, plat=plat)
+
+
+def test_counting_is_one_thread_and_other_thread_counts_are_refused():
+    cfg = schema.validate(compose_cfg([*TINY, "bench.metric=instructions"]))
+    assert cfg.bench.num_threads == 1
+    with pytest.raises(ConfigError, match="^bench.num_threads: .*counts one thread"):
+        schema.validate(compose_cfg(["bench.metric=instructions", "bench.num_threads=2"]))
+    with pytest.raises(ConfigError, match="^bench.count_iters: must be ≥ 1"):
+        schema.validate(compose_cfg(["bench.metric=instructions", "bench.count_iters=0"]))
+
+
+def test_a_gpu_job_is_refused_before_anything_is_built():
+    with pytest.raises(ConfigError) as err:
+        plan([*TINY, "device=cuda", "bench.metric=instructions"], CUDA_GPU)
+    assert str(err.value).startswith("bench.metric: instructions counts a CPU's")
+    assert "bench.metric=time" in str(err.value)
+
+
+def test_without_valgrind_the_error_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH holding no valgrind
+    with pytest.raises(ConfigError) as err:
+        plan([*TINY, "bench.metric=instructions"])
+    line = str(err.value)
+    assert line.startswith("bench.metric: ") and "make valgrind" in line and "\n" not in line
+
+
+def test_client_requests_are_no_ops_outside_valgrind():
+    assert not callgrind.running()
+    assert callgrind._request(callgrind.TOGGLE_COLLECT, 7) == 7  # the default comes back
+
+
+def test_time_jobs_keep_the_default_metric_and_no_pinning():
+    cfg = schema.validate(compose_cfg(TINY))
+    assert cfg.bench.metric == schema.Metric.time and cfg.bench.num_threads is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="no valgrind: `make valgrind`")
+def test_a_counted_sweep_records_counts_and_the_gate_catches_a_planted_change(run_cli,
+                                                                                tmp_path):
+    # Two sequence lengths, counted after one warm-up (the cheapest counting there is).
+    proc = run_cli(*TINY, "model=jit_premul", "backend=aten", "shape.seq_len=8,9",
+                   "bench.metric=instructions", "bench.warmup=1", "bench.count_iters=2",
+                   multirun=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    results = sorted((tmp_path / "sweep").glob("*/results.json"))
+    counted = [json.loads(p.read_text()) for p in results]
+    assert len(counted) == 2
+    for data in counted:
+        assert data["status"] == "ok"
+        assert data["config"]["bench"]["num_threads"] == 1
+        ins = data["instructions"]
+        assert ins["env"]["ATEN_CPU_CAPABILITY"] == "avx2"
+        for phase in ("forward", "backward", "total"):
+            c = ins["phases"][phase]
+            assert len(c["samples"]) == 2 and c["low"] <= c["median"] <= c["high"]
+            assert c["ns_per_instruction"] > 0
+    by_seq = {d["config"]["shape"]["seq_len"]: d for d in counted}
+    assert by_seq[9]["instructions"]["phases"]["forward"]["median"] > \
+        by_seq[8]["instructions"]["phases"]["forward"]["median"]
+    gate = subprocess.run(
+        [sys.executable, "-m", "rnnexp", "compare", str(tmp_path / "sweep"),
+         "--baseline", "shape.seq_len=8", "--fail-on-regression", "1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert gate.returncode == 3, gate.stdout + gate.stderr
+    lines = [ln for ln in gate.stderr.splitlines() if "regression:" in ln]
+    assert [" fwd " in ln for ln in lines].count(True) == 1  # seq 9 over seq 8, each phase
+    assert [" bwd " in ln for ln in lines].count(True) == 1
+    assert all("instruction counts" in ln for ln in lines)
