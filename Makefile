@@ -45,9 +45,11 @@ valgrind:  ## Debian's valgrind for bench.metric=instructions (apt-get as root, 
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null; }
 	@valgrind --version
 
-# The suite runs in parallel (pytest-xdist, a worker a core); a file's tests stay on one worker,
-# so the real sweep or server its module fixtures make is made once.
-XDIST ?= -n auto --dist loadfile
+# The suite runs in parallel (pytest-xdist, a worker a usable core, at most 4: each worker's
+# sweeps start processes of their own); a file's tests stay on one worker, so the real sweep
+# or server its module fixtures make is made once.
+XDIST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
+XDIST ?= -n $(XDIST_WORKERS) --dist loadfile
 
 test:  ## the fast suite, in parallel: all but the tests marked slow (GPU tests skip without one)
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
