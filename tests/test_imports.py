@@ -228,6 +228,7 @@ PROCESS_STATE = {
     "rnnexp.app.stopping": {"_watching"},  # threads that end this process's job processes
     "rnnexp.config.compositions": {"_BASES", "_GROUPS"},  # caches: compositions, groups
     "rnnexp.config.kernel_plugins": {"_REPORTED"},  # what is said once a process
+    "rnnexp.measure.callgrind": {"_request_fn"},  # Valgrind's client request, made once
     "rnnexp.measure.timing": {"_frozen"},  # gc.freeze(), once a process
     "rnnexp.results.sinks.mlflow": {"_VIEW_SAVED"},  # cache: the stores' views saved
 }
