@@ -208,6 +208,7 @@ def handle(slots: dict[int, Measurer], request: tuple, foreign_platform: bool = 
             ready = measurer.setup()
             if foreign_platform:
                 ready.platform = planned.plat
+                ready.git_commit = platform_mod.git_commit()
             return ("ok", ready)
         if measurer is None:
             raise errors.JobCrashed(f"slot {slot} of this worker was never set up")

@@ -49,6 +49,9 @@ class Ready:
     # The interpreter's platform, when a worker ran under another one than the job's
     # (bench.python): its torch and device versions are the measurement's.
     platform: Optional[Platform] = None
+    # That interpreter's rnnexp checkout (HEAD, "-dirty"; "" outside git), for the same
+    # reason: the code measured is the worker's, not the launcher's.
+    git_commit: Optional[str] = None
     # This process's start-up: build, compile, untimed calls (steady_ms comes from the
     # timed samples later).
     start: Optional[CompileCost] = None

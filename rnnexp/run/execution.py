@@ -107,7 +107,8 @@ def conclude(p: job.Plan, m: schedule.Measured, history: History, started: datet
         # Samples and statistics stay for diagnosis; rates only for a valid timing.
         phases=phases if status == OK else without_rates(phases),
         platform=ready.platform or p.plat,
-        git_commit=history.commit,
+        # Under bench.python the worker's checkout is the code measured.
+        git_commit=history.commit if ready.git_commit is None else ready.git_commit,
         timing=timing_info(cfg, m),
         environment=env,
         started_at=started.isoformat(timespec="seconds"),
