@@ -79,6 +79,7 @@ run:  ## one default measurement
 bench:  ## speed goals: ratios measured side by side in one run; history and bisection checks
 	$(BIN)/python benchmarks/harness.py
 	$(BIN)/python benchmarks/history.py
+	$(BIN)/python benchmarks/history.py --metric instructions
 	$(BIN)/python benchmarks/instructions.py
 
 ui:  ## MLflow UI on 127.0.0.1:5000 over the project's store

@@ -2,8 +2,12 @@
 interleaved sweeps of two configurations, each measured twice (seed=0,1: identical work) in
 three processes, one sweep after the other. Each job keeps its per-process medians and its
 per-process round medians (the raw material of a history point and of a paired A/A probe).
+With `--metric instructions` the same two configurations are counted instead
+(`bench.metric=instructions`, two counting processes each): each job keeps every phase's
+per-process counts.
 
     python benchmarks/history_record.py --sweeps 100 [--out benchmarks/data/history_runs.json]
+    nice -n 10 python benchmarks/history_record.py --metric instructions --sweeps 12
 
 The file is appended to sweep by sweep, so an interrupted recording keeps what it took.
 """
@@ -22,12 +26,19 @@ from pathlib import Path
 from rnnexp.results.result import RESULTS_FILE, Result
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "benchmarks" / "data" / "history_runs.json"
+DATA = {"time": ROOT / "benchmarks" / "data" / "history_runs.json",
+        "instructions": ROOT / "benchmarks" / "data" / "history_counts.json"}
 # One thread: on a 2-core machine shared with other work, two OpenMP threads that spin on
 # an oversubscribed core make a 0.6 ms step take hundreds of ms.
 SWEEP = ["model=lstm,py", "backend=aten", "shape=small", "seed=0,1", "bench.processes=3",
          "bench.iters=40", "bench.warmup=5", "bench.num_threads=1", "bench.roofline=false",
          "bench.drift=false", "sinks=[json]"]
+# Counts need no interleaving nor many timed rounds (the time is only their calibration);
+# each counting process costs ~50 s here, so one seed and two counting processes a job.
+COUNT_SWEEP = ["model=lstm,py", "backend=aten", "shape=small", "seed=0", "bench=quick",
+               "bench.metric=instructions", "bench.count_processes=2", "bench.num_threads=1",
+               "bench.roofline=false", "bench.drift=false", "sinks=[json]"]
+SWEEPS = {"time": SWEEP, "instructions": COUNT_SWEEP}
 
 
 def job_record(result: Result) -> dict:
@@ -41,13 +52,17 @@ def job_record(result: Result) -> dict:
     out["total"] = {"process_medians_ms": [short(v) for v in p.process_medians_ms
                                            or [p.median_ms]],
                     "rounds_ms": [[short(v) for v in row] for row in p.rounds_ms]}
+    if result.instructions is not None:
+        out["instructions"] = {name: {"process_medians": c.process_medians,
+                                      "samples": c.samples}
+                               for name, c in result.instructions.phases.items()}
     return out
 
 
-def one_sweep(folder: Path) -> dict:
+def one_sweep(folder: Path, sweep: list[str]) -> dict:
     started = time.time()
     load1 = os.getloadavg()[0]
-    subprocess.run([sys.executable, "-m", "rnnexp", "-m", *SWEEP, f"hydra.sweep.dir={folder}"],
+    subprocess.run([sys.executable, "-m", "rnnexp", "-m", *sweep, f"hydra.sweep.dir={folder}"],
                    cwd=ROOT, check=True, capture_output=True)
     jobs = [job_record(Result.load(p)) for p in sorted(folder.glob(f"*/{RESULTS_FILE}"))]
     return {"at": started, "load1": load1, "wall_s": time.time() - started, "jobs": jobs}
@@ -56,14 +71,17 @@ def one_sweep(folder: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=100)
-    parser.add_argument("--out", type=Path, default=DATA)
+    parser.add_argument("--metric", choices=list(SWEEPS), default="time")
+    parser.add_argument("--out", type=Path, help="default: benchmarks/data/history_runs.json "
+                        "(time) or history_counts.json (instructions)")
     args = parser.parse_args()
+    args.out = args.out or DATA[args.metric]
     data = json.loads(args.out.read_text()) if args.out.exists() else {
-        "sweep": SWEEP, "host_cores": os.cpu_count(), "sweeps": []}
+        "sweep": SWEEPS[args.metric], "host_cores": os.cpu_count(), "sweeps": []}
     with tempfile.TemporaryDirectory(prefix="rnnexp-history-") as tmp:
         for n in range(args.sweeps):
             try:
-                data["sweeps"].append(one_sweep(Path(tmp) / str(n)))
+                data["sweeps"].append(one_sweep(Path(tmp) / str(n), data["sweep"]))
             except subprocess.CalledProcessError as err:
                 print(f"sweep {n} failed: {err.stderr.decode()[-300:]}", file=sys.stderr)
                 continue

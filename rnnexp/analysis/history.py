@@ -25,10 +25,18 @@ replicates of both sides (`ReplicateTester`) rather than on one number per run:
 
 A change needs `MIN_RUNS` runs on each side: a single run off the level is a burst until a
 second one agrees. Its size (after ÷ before − 1) has the same test's 95% interval.
+
+The level followed is the phase's time (`TIME`: each process's median, ms) or, for runs
+taken with `bench.metric=instructions`, its instruction count (`INSTRUCTIONS`: each counting
+process's median count per iteration, rnnexp.results.result.CountStats) — the same test on
+replicates that repeat to a fraction of a percent, whatever the machine's load.
+
+`gate` picks the changes a CI job fails on: of a size and direction, in the latest runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +50,10 @@ from rnnexp.analysis.sweeps import Run
 from rnnexp.errors import RnnexpError
 from rnnexp.results.identity import MeasurementKey
 from rnnexp.results.result import OK, PhaseStats
+
+TIME, INSTRUCTIONS = "time", "instructions"
+METRICS = {TIME: "ms", INSTRUCTIONS: "instructions"}  # the level followed, and its unit
+SLOWER, FASTER, EITHER = "slower", "faster", "either"
 
 
 @dataclass(frozen=True)
@@ -101,22 +113,35 @@ class Point:
         return self.started_at[:16].replace("T", " ")
 
     @classmethod
-    def of(cls, run: Run, phase: str) -> Optional[Point]:
+    def of(cls, run: Run, phase: str, metric: str = TIME) -> Optional[Point]:
         """The run as a point of `phase` ("auto": forward+backward, forward alone where no
-        backward ran); None when it did not time it."""
-        if phase == "auto":
-            phase = "total" if run.result.phase("total").timed else "forward"
-        stats: PhaseStats = run.result.phase(phase)
-        if run.result.status != OK or not stats.timed:
+        backward ran) in `metric`; None when it did not time (or count) it."""
+        if run.result.status != OK:
             return None
-        reps = [m for m in (stats.process_medians_ms or [stats.median_ms]) if m and m > 0]
+        if metric == INSTRUCTIONS:
+            counted = run.result.instructions.phases if run.result.instructions else {}
+            if phase == "auto":
+                phase = "total" if "total" in counted else "forward"
+            c = counted.get(phase)
+            if c is None:
+                return None
+            reps, low, high = c.process_medians or [c.median], c.low, c.high
+        else:
+            if phase == "auto":
+                phase = "total" if run.result.phase("total").timed else "forward"
+            stats: PhaseStats = run.result.phase(phase)
+            if not stats.timed:
+                return None
+            reps = stats.process_medians_ms or [stats.median_ms]
+            low, high = stats.median_ci_low_ms, stats.median_ci_high_ms
+        reps = [m for m in reps if m and m > 0]
         if not reps:
             return None
         plat = run.result.platform
         return cls(replicates=tuple(reps), commit=run.result.git_commit,
                    torch=plat.torch_version if plat else "", started_at=run.result.started_at,
                    run_id=run.row.run_id, name=run.row.job, flags=tuple(run.flags),
-                   single_low=stats.median_ci_low_ms, single_high=stats.median_ci_high_ms)
+                   single_low=low, single_high=high)
 
 
 @dataclass
@@ -133,6 +158,12 @@ class Change:
         """Both runs ran the same commit and torch: the machine changed, not the code."""
         return self.before.version == self.after.version
 
+    def fires(self, threshold: float, direction: str) -> bool:
+        """Whether it is a change of at least `threshold` (0.05: 5%) in `direction`."""
+        size = self.shift.size
+        return {SLOWER: size >= threshold, FASTER: size <= -threshold,
+                EITHER: abs(size) >= threshold}[direction]
+
     def size_text(self) -> str:
         s = self.shift
         return (f"{100 * s.size:+.1f}% ({100 * s.low:+.1f} … {100 * s.high:+.1f})"
@@ -148,6 +179,11 @@ class Series:
     name: str
     points: list[Point] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    metric: str = TIME
+
+    @property
+    def unit(self) -> str:
+        return METRICS[self.metric]
 
 
 def machine_of(run: Run) -> Machine:
@@ -163,17 +199,42 @@ def _started(point: Point) -> datetime:
         return datetime.min
 
 
-def build(runs: Sequence[Run], phase: str, names: dict[MeasurementKey, str]) -> list[Series]:
+def series_key(run: Run) -> MeasurementKey:
+    """The measurement, whatever interpreter took it (bench.python is an environment, as
+    the torch version is)."""
+    return dataclasses.replace(run.key, bench=tuple(
+        (k, v) for k, v in run.key.bench if k != "python"))
+
+
+def names(runs: Sequence[Run]) -> dict[MeasurementKey, str]:
+    """Each measurement by its job label, with the key's fields that tell apart
+    measurements whose labels read alike."""
+    first: dict[MeasurementKey, Run] = {}
+    for r in runs:
+        first.setdefault(r.key, r)
+    out = {k: r.row.label for k, r in first.items()}
+    fields = {k: k.fields() for k in first}
+    for label in {v for v in out.values() if list(out.values()).count(v) > 1}:
+        same = [k for k, v in out.items() if v == label]
+        vary = sorted({f for k in same for f in fields[k]
+                       if len({fields[o].get(f) for o in same}) > 1})
+        for k in same:
+            out[k] = f"{label} " + " ".join(f"{f}={fields[k].get(f, '?')}" for f in vary)
+    return out
+
+
+def build(runs: Sequence[Run], phase: str, names: dict[MeasurementKey, str],
+          metric: str = TIME) -> list[Series]:
     """The runs as series: one per measurement (its key without versions) and machine,
     each in the order its runs started. `names`: what each measurement is called."""
     found: dict[tuple[MeasurementKey, Machine], Series] = {}
     for run in runs:
-        point = Point.of(run, phase)
+        point = Point.of(run, phase, metric)
         if point is None:
             continue
         where = machine_of(run)
         series = found.setdefault((run.key, where), Series(run.key, where, names.get(
-            run.key, "")))
+            run.key, ""), metric=metric))
         series.points.append(point)
     for s in found.values():
         s.points.sort(key=_started)
@@ -192,3 +253,25 @@ def detect(series: Series, alpha: float = ALPHA) -> Series:
                              after=series.points[i])
                       for i, s in change_points([p.replicates for p in series.points], alpha)]
     return series
+
+
+def find(runs: Sequence[Run], phase: str, metric: str = TIME, alpha: float = ALPHA
+         ) -> list[Series]:
+    """The runs' series (an interpreter is an environment, as a torch version is), each with
+    its changes found. Raises a one-line error when no run has the phase in `metric`."""
+    keyed = [dataclasses.replace(r, key=series_key(r)) for r in runs]
+    found = [detect(s, alpha) for s in build(keyed, phase, names(keyed), metric)]
+    if not found:
+        if metric == INSTRUCTIONS:
+            raise RnnexpError("--metric instructions: no selected run was counted — record "
+                              "runs with bench.metric=instructions, or use --metric time")
+        raise RnnexpError(f"--phase {phase}: no selected run timed it — try --phase auto")
+    return found
+
+
+def gate(all_series: Sequence[Series], threshold: float, direction: str = SLOWER,
+         latest: int = 5) -> list[tuple[Series, Change]]:
+    """The changes a CI gate fails on: at least `threshold` in `direction`, whose first run
+    after it is one of the series' `latest` runs (an old change was already seen)."""
+    return [(s, c) for s in all_series for c in s.changes
+            if c.index >= len(s.points) - latest and c.fires(threshold, direction)]

@@ -59,7 +59,7 @@ def draw(series: Series, path: Path, phase: str) -> Path:
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_ylabel(f"{phase} ms, log scale")
+    ax.set_ylabel(f"{phase} {series.unit}, log scale")
     ax.set_title("\n".join(textwrap.wrap(f"{series.name} on {series.machine}", 90)),
                  fontsize=9)
     ax.legend(fontsize=7, loc="best")

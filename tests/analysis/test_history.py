@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import math
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -24,7 +25,9 @@ from rnnexp.analysis.sweeps import Run
 from rnnexp.app.commands import run_command
 from rnnexp.app.commands.sync import sync_folder
 from rnnexp.machine.platform import Platform
-from rnnexp.results.result import Result
+from rnnexp.results import exit_codes
+from rnnexp.results.result import CountStats, Instructions, Result
+from tests.browser import open_report
 from tests.conftest import ROOT, TINY
 
 RUNS, PROCESSES = 60, 3
@@ -99,13 +102,25 @@ def real_run(tmp_path_factory) -> Path:
     return tmp / "run"
 
 
+COUNT = 2.0e6  # instructions per fwd+bwd iteration of the synthetic counts
+
+
+def counted(factor: float, rng) -> Instructions:
+    """Counts of two counting processes about COUNT × factor, 0.1% apart (as counts repeat)."""
+    phases = {name: CountStats.of([[share * COUNT * factor * math.exp(rng.normal(0, 0.001))]
+                                   for _ in range(2)], None)
+              for name, share in (("forward", 0.4), ("backward", 0.6), ("total", 1.0))}
+    return Instructions(phases=phases)
+
+
 def varied(result: Result, n: int, factor: float, commit: str, torch: str,
-           device_name: str = "", rng=None) -> Result:
+           device_name: str = "", rng=None, counts: float = 0.0) -> Result:
     """A copy of a real result as the n-th run of a history: its processes' medians drawn
     about its median × factor (2% between runs, 3% between processes), recorded as `commit`
-    and `torch` on `device_name`."""
+    and `torch` on `device_name`; with `counts`, instruction counts about COUNT × counts."""
     rng = rng or np.random.default_rng(n)
     out = copy.deepcopy(result)
+    out.instructions = counted(counts, rng) if counts else None
     shift = factor * math.exp(rng.normal(0, 0.02))
     for phase in out.phases.values():
         if phase.timed:
@@ -141,17 +156,20 @@ def test_runs_of_another_machine_are_another_series_and_versions_one(real_run):
 @pytest.fixture(scope="module")
 def store_uri(real_run, tmp_path_factory) -> str:
     """A real MLflow store with 24 runs of one measurement: 8 commits, two torch versions,
-    10% slower from commit c4 on; and 6 runs of another machine, never slower."""
+    10% slower from commit c4 on; its instruction counts 10% more from c4 on and 3% more
+    again from c7 (the last three runs); and 6 runs of another machine, never slower."""
     tmp = tmp_path_factory.mktemp("store")
     base = Result.load(real_run / "results.json")
     rng = np.random.default_rng(7)
     for n in range(24):
         result = varied(base, n, 1.10 if n >= 12 else 1.0, f"{n // 3:02d}" * 20,
-                        "2.13.0" if n < 18 else "2.14.1", rng=rng)
+                        "2.13.0" if n < 18 else "2.14.1", rng=rng,
+                        counts=(1.10 if n >= 12 else 1.0) * (1.03 if n >= 21 else 1.0))
         (tmp / "runs" / str(n)).mkdir(parents=True)
         result.save(tmp / "runs" / str(n))
     for n in range(6):
-        result = varied(base, n, 1.0, f"{n:02d}" * 20, "2.13.0", "another cpu", rng=rng)
+        result = varied(base, n, 1.0, f"{n:02d}" * 20, "2.13.0", "another cpu", rng=rng,
+                        counts=1.0)
         (tmp / "other" / str(n)).mkdir(parents=True)
         result.save(tmp / "other" / str(n))
     uri = f"sqlite:///{tmp}/store.db"
@@ -186,6 +204,71 @@ def test_a_selection_that_matches_nothing_is_one_line(store_uri, capsys):
     assert "expected KEY=VALUE" in capsys.readouterr().err
     assert run_command("history", ["--alpha", "2", "--tracking-uri", uri]) == 2
     assert "--alpha 2" in capsys.readouterr().err
+    for args, says in ((["--fail-on-change", "-5"], "--fail-on-change -5: a size in percent"),
+                       (["--latest", "0"], "--latest 0: at least 1"),
+                       (["--report", "page.png"], "--report page.png: an .html file"),
+                       (["--metric", "cycles"], "--metric: invalid choice: 'cycles'")):
+        assert run_command("history", [*args, "--tracking-uri", uri]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+
+
+def test_history_follows_instruction_counts(store_uri, tmp_path, capsys):
+    """The counts see both changes, the 3% one the time's noise hides included."""
+    rc = run_command("history", ["model=lstm", "--metric", "instructions", "--tracking-uri",
+                                 store_uri, "--output", str(tmp_path / "charts")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    sizes = sorted(float(x) for x in re.findall(r"([+-]\d+\.\d)% \(", out))  # size (95%)
+    assert len(sizes) == 2 and 2.5 < sizes[0] < 3.5 and 9 < sizes[1] < 11, out
+    assert re.search(r"\b2\.2\d*e\+06\b", out)  # levels in instructions, not ms
+
+
+def test_a_ci_gate_fails_on_a_recent_change_of_its_size_and_direction(store_uri, capsys):
+    def gate(*args: str) -> int:
+        return run_command("history", ["model=lstm", "--tracking-uri", store_uri,
+                                       "--output", os.devnull + "-charts", *args])
+
+    # Counts: the 3% change starts among the last 5 runs; the 10% one does not.
+    assert gate("--metric", "instructions", "--fail-on-change", "2") == exit_codes.REGRESSION
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "+3." in err[0] and "0707070" in err[0], err
+    assert gate("--metric", "instructions", "--fail-on-change", "5") == 0
+    assert gate("--metric", "instructions", "--fail-on-change", "5", "--latest", "15") == \
+        exit_codes.REGRESSION
+    assert gate("--metric", "instructions", "--fail-on-change", "1", "--latest", "24",
+                "--direction", "faster") == 0
+    # Time: the 10% change is 12 runs old.
+    assert gate("--fail-on-change", "5") == 0
+    assert gate("--fail-on-change", "5", "--latest", "12") == exit_codes.REGRESSION
+
+
+def test_the_gate_reads_direction_and_recency_on_synthetic_series():
+    rng = np.random.default_rng(3)
+    s = history.Series(key=None, machine=history.Machine("cpu", 1), name="m")
+    s.points = [history.Point(tuple(r)) for r in replicates(rng, step=-0.10, at=50)]
+    history.detect(s)
+    assert [c.index for c in s.changes] == [50]
+    assert history.gate([s], 0.05, history.FASTER, latest=10) == [(s, s.changes[0])]
+    assert history.gate([s], 0.05, history.EITHER, latest=10) == [(s, s.changes[0])]
+    assert history.gate([s], 0.05, history.SLOWER, latest=10) == []
+    assert history.gate([s], 0.15, history.FASTER, latest=10) == []
+    assert history.gate([s], 0.05, history.FASTER, latest=9) == []
+
+
+@pytest.mark.browser
+def test_history_writes_its_series_as_a_page(store_uri, tmp_path, capsys, page):
+    path = tmp_path / "history.html"
+    assert run_command("history", ["model=lstm", "--tracking-uri", store_uri, "--output",
+                                   str(tmp_path / "charts"), "--report", str(path)]) == 0
+    assert f"report: {path}" in capsys.readouterr().out
+    open_report(page, path)
+    assert page.locator("#history article.series").count() == 2  # one per machine
+    rows = page.locator("#history table.changes tbody tr")
+    assert rows.count() == 1 and "slower" in rows.inner_text()
+    assert "0404040" in rows.inner_text()  # the first run after the change: commit 04
+    assert page.locator("#fig-series-0 path.point").count() in (6, 24)
+    assert page.remote_requests == [] and page.errors == []
 
 
 def test_runs_of_one_process_fall_back_to_their_scatter():

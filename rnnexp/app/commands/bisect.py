@@ -9,14 +9,15 @@ The overrides after `--` name one measurement (any Hydra override but `bench.pyt
 runs `python -m rnnexp -m OVERRIDES bench.python=GOOD,PROBE` (rnnexp's launcher measures
 both interleaved, rounds in random order) and judges PROBE against GOOD paired by round
 (rnnexp.analysis.significance.paired); the search is rnnexp.analysis.bisect's noisy
-bisection. A probe whose environment cannot be built, or whose measurement crashed or failed
-verification, is recorded as failed — never as a slowdown.
+bisection, its probes rnnexp.analysis.bisect_probe's. With `--metric instructions` each probe
+is counted (bench.metric=instructions) and judged on its instruction counts. A probe whose
+environment cannot be built, or whose measurement crashed or failed verification, is
+recorded as failed — never as a slowdown. `--report PATH` writes the probes and the
+posterior as an HTML page.
 """
 
 from __future__ import annotations
 
-import math
-import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -25,13 +26,13 @@ from typing import Optional, Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from rnnexp.analysis import significance, sweeps
+from rnnexp.analysis import bisect_probe, history, history_page
 from rnnexp.analysis.bisect import CONFIDENCE, Bisection, Probe
+from rnnexp.analysis.report import render
 from rnnexp.app import environments
 from rnnexp.app.environments import Environment
 from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.results.report import console
-from rnnexp.results.result import OK
 
 MAX_PROBES = 20
 
@@ -59,6 +60,12 @@ def parse_args(argv: Sequence[str]):
                         help="install a commit's checkout, e.g. \"{python} -m pip install "
                              "--no-deps --no-build-isolation -e {src}\" (default: put the "
                              "checkout first on the path)")
+    parser.add_argument("--metric", choices=list(history.METRICS), default=history.TIME,
+                        help="judge each probe on time (interleaved, paired by round) or on "
+                             "instruction counts (bench.metric=instructions: x86-64 Linux "
+                             "with Valgrind, CPU only)")
+    parser.add_argument("--report", type=Path, default=None, metavar="PATH",
+                        help="also write the probes and the posterior as an HTML page")
     parser.add_argument("--confidence", type=float, default=CONFIDENCE,
                         help=f"stop when the breakpoint is this probable (default {CONFIDENCE})")
     parser.add_argument("--max-probes", type=int, default=MAX_PROBES,
@@ -71,6 +78,8 @@ def parse_args(argv: Sequence[str]):
                           "e.g. 0.95")
     if args.max_probes < 1:
         raise RnnexpError(f"--max-probes {args.max_probes}: at least 1")
+    if args.report is not None and args.report.suffix.lower() not in (".html", ".htm"):
+        raise RnnexpError(f"--report {args.report}: an .html file, e.g. bisect.html")
     if not overrides:
         raise RnnexpError("no measurement named — add it after --, e.g. "
                           "-- model=lstm backend=aten shape=small")
@@ -78,6 +87,9 @@ def parse_args(argv: Sequence[str]):
         if o.lstrip("+~").startswith("bench.python") or o in ("-m", "--multirun"):
             raise RnnexpError(f"'{o}': the bisection sets bench.python itself (and sweeps "
                               "over it) — name the measurement only")
+        if o.lstrip("+~").startswith("bench.metric="):
+            raise RnnexpError(f"'{o}': choose what a probe is judged on with --metric "
+                              "time|instructions")
         if "=" in o and "," in o.split("=", 1)[1] and not o.split("=", 1)[1].startswith("["):
             raise RnnexpError(f"'{o}': one measurement at a time — give one value")
     args.overrides = overrides
@@ -87,7 +99,8 @@ def parse_args(argv: Sequence[str]):
 
 
 class Prober:
-    """Runs probes: the sweep of GOOD and PROBE interleaved, judged paired by round."""
+    """Runs probes: each environment made when first probed (commits), then the probe's
+    sweep of GOOD and PROBE interleaved (rnnexp.analysis.bisect_probe)."""
 
     def __init__(self, envs: list[Environment], args):
         self.envs, self.args = envs, args
@@ -99,12 +112,6 @@ class Prober:
                               self.args.workdir.resolve(), self.args.install)
         return env
 
-    def command(self, good: str, probe: str, folder: Path) -> list[str]:
-        sinks = [] if any(o.startswith("sinks=") for o in self.args.overrides) else \
-            ["sinks=[json]"]
-        return [sys.executable, "-m", "rnnexp", "-m", *self.args.overrides, *sinks,
-                f"bench.python={good},{probe}", f"hydra.sweep.dir={folder}"]
-
     def __call__(self, index: int) -> Probe:
         good, env = self.ready(self.envs[0]), self.ready(self.envs[index])
         if good.failed:
@@ -113,41 +120,8 @@ class Prober:
             return Probe(index, failed=env.failed)
         self.count += 1
         folder = (self.args.workdir / f"probe-{self.count:02d}-env-{index}").resolve()
-        folder.mkdir(parents=True, exist_ok=True)
-        cmd = self.command(str(good.python), str(env.python), folder)
-        with open(folder / "probe.log", "w") as log:
-            done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
-        return judged(index, folder, str(good.python), str(env.python), done.returncode)
-
-
-def _last_error(folder: Path) -> str:
-    lines = [ln for ln in (folder / "probe.log").read_text(errors="replace").splitlines()
-             if ln.strip()]
-    errors = [ln for ln in lines if ln.lower().startswith("error")]
-    return (errors or lines or ["no output"])[-1].strip()[:200]
-
-
-def judged(index: int, folder: Path, good: str, probe: str, returncode: int) -> Probe:
-    """The probe's sweep read back: PROBE against GOOD paired by round, or why it failed."""
-    try:
-        runs = sweeps.from_folder(folder).runs
-    except RnnexpError:
-        return Probe(index, failed=f"did not run (exit {returncode}): {_last_error(folder)}")
-    by_python = {r.config.get("bench.python"): r for r in runs}
-    base, cand = by_python.get(good), by_python.get(probe)
-    if base is None or base.row.status != OK:
-        why = f"{base.row.status}: {base.row.reason}" if base else _last_error(folder)
-        raise RnnexpError(f"the good end did not measure in {folder}: {why}")
-    if cand is None or cand.row.status != OK:
-        why = f"{cand.row.status}: {cand.row.reason}" if cand else _last_error(folder)
-        return Probe(index, failed=why[:200])
-    phase = "total" if base.result.phase("total").timed else "forward"
-    diff = significance.paired(base.result.phase(phase).rounds_ms,
-                               cand.result.phase(phase).rounds_ms)
-    probe_ = Probe(index, difference=diff)
-    if not probe_.usable:
-        probe_.failed = f"could not judge: {diff.why_not or 'no interval'}"
-    return probe_
+        return bisect_probe.measure(index, self.args.overrides, str(good.python),
+                                    str(env.python), folder, self.args.metric)
 
 
 def slowdown_text(p: Probe) -> str:
@@ -159,84 +133,74 @@ def slowdown_text(p: Probe) -> str:
             f"{100 * (1 / d.low - 1):+.1f})")
 
 
-def probes_table(b: Bisection, envs: Sequence[Environment]) -> Table:
-    t = Table(title="probes: each an interleaved A/B against the good end",
-              caption="slowdown = probe ÷ good − 1, paired by round, with its 95% interval")
+def probes_table(b: Bisection, envs: Sequence[Environment], metric: str) -> Table:
+    what = "counted" if metric == history.INSTRUCTIONS else "an interleaved A/B"
+    t = Table(title=f"probes: each {what} against the good end",
+              caption="slowdown = probe ÷ good − 1, "
+                      + ("by the count's tolerance" if metric == history.INSTRUCTIONS
+                         else "paired by round, with its 95% interval"))
     for col in ("#", "environment", "slowdown (95%)", "reads as", "P(culprit) after"):
         t.add_column(col)
-    shadow = Bisection(b.n, b.confidence)
-    for n, p in enumerate(b.probes, 1):
-        shadow.observe(p)
+    for n, (p, (culprit, prob)) in enumerate(zip(b.probes, bisect_probe.after_each(b),
+                                                 strict=True), 1):
         if p.failed:
             verdict = f"[yellow]failed[/] {escape(p.failed)}"
         else:
             slow = p.slowdown - 1.96 * p.se > 0
             verdict = "slower" if slow else ("good" if abs(p.slowdown) < 1.96 * p.se else "?")
-        culprit, prob = shadow.culprit()
         t.add_row(str(n), f"{p.index}: {escape(envs[p.index].name)}", slowdown_text(p),
                   verdict, f"{prob:.2f} on {culprit}")
     return t
 
 
-def reproduce(args, envs: Sequence[Environment], culprit: int) -> list[str]:
-    before, after = envs[culprit - 1], envs[culprit]
-    pys = f"{before.python},{after.python}"
-    lines = [f"python -m rnnexp -m {' '.join(args.overrides)} bench.python={pys}",
-             f"python -m rnnexp compare --baseline bench.python={before.python}"]
-    if after.commit:
-        lines.insert(0, f"git -C {args.repo} show {after.commit}")
-    return lines
+def say(text: str) -> None:
+    console.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
 def bisect(args) -> int:
     envs = (environments.interpreters(args.pythons) if args.pythons
             else environments.commits(args.repo, args.commits))
-    console.print(f"{len(envs)} environments, good: {envs[0].name}, bad: {envs[-1].name}; "
-                  f"work in {args.workdir}", highlight=False, markup=False, soft_wrap=True)
-    b = Bisection(len(envs), args.confidence)
-    probe = Prober(envs, args)
-    while len(b.probes) < args.max_probes:
-        m = b.next_probe()
-        if m is None:
-            break
-        p = probe(m)
-        b.observe(p)
+    say(f"{len(envs)} environments, good: {envs[0].name}, bad: {envs[-1].name}; "
+        f"work in {args.workdir}")
+
+    def seen(b: Bisection, p: Probe) -> None:
         culprit, prob = b.culprit()
-        console.print(f"probe {len(b.probes)}: env {m} ({envs[m].name}) "
-                      + (f"failed: {p.failed}" if p.failed else slowdown_text(p))
-                      + f" — most likely first slow: {culprit} (P={prob:.2f})",
-                      highlight=False, markup=False, soft_wrap=True)
-    console.print(probes_table(b, envs))
-    return verdict(b, envs, args)
+        say(f"probe {len(b.probes)}: env {p.index} ({envs[p.index].name}) "
+            + (f"failed: {p.failed}" if p.failed else slowdown_text(p))
+            + f" — most likely first slow: {culprit} (P={prob:.2f})")
 
-
-def verdict(b: Bisection, envs: Sequence[Environment], args) -> int:
-    real = b.effect_is_real()
-    if not real:
-        delta, se = b.effect()
-        size = (f"{100 * math.expm1(delta):+.1f}% (± {100 * 1.96 * se:.1f})"
-                if math.isfinite(delta) else "not measured")
-        console.print(f"the bad end is not slower than the good end here: {size} — nothing "
-                      "to bisect", highlight=False, markup=False, soft_wrap=True)
-        return 0
-    culprit, prob = b.culprit()
-    if prob < b.confidence:
-        lo, hi = b.likely_range()
-        console.print(f"not known to {b.confidence:.0%} after {len(b.probes)} probes: the first "
-                      f"slow environment is {lo}–{hi} with P ≥ {b.confidence:.0%} (most likely "
-                      f"{culprit}: {envs[culprit].name}, P={prob:.2f})", highlight=False,
-                      markup=False, soft_wrap=True)
-        return 0
-    at = [p for p in b.probes if p.index == culprit and not p.failed]
-    console.print(f"culprit: {envs[culprit].name} (environment {culprit}; P={prob:.2f} after "
-                  f"{len(b.probes)} probes, {len(b.failed)} failed)", highlight=False,
-                  markup=False, soft_wrap=True)
-    if at:
-        console.print(f"effect: {slowdown_text(at[-1])} against the good end", highlight=False,
-                      markup=False, soft_wrap=True)
-    console.print("reproduce:\n  " + "\n  ".join(reproduce(args, envs, culprit)),
-                  highlight=False, markup=False, soft_wrap=True)
+    b = bisect_probe.search(Bisection(len(envs), args.confidence), Prober(envs, args),
+                            args.max_probes, seen)
+    console.print(probes_table(b, envs, args.metric))
+    end = bisect_probe.outcome(b)
+    verdict(end, b, envs, args)
+    if args.report is not None:
+        page = history_page.bisection(b, [e.name for e in envs], "rnnexp bisect",
+                                      end.culprit if end.known else None)
+        say(f"report: {render.write(page, args.report)} (open in a browser)")
     return 0
+
+
+def verdict(end: bisect_probe.Outcome, b: Bisection, envs: Sequence[Environment],
+            args) -> None:
+    if not end.real:
+        say(f"the bad end is not slower than the good end here: {end.size_text()} — nothing "
+            "to bisect")
+        return
+    name = envs[end.culprit].name
+    if not end.known:
+        say(f"not known to {b.confidence:.0%} after {len(b.probes)} probes: the first slow "
+            f"environment is {end.low}–{end.high} with P ≥ {b.confidence:.0%} (most likely "
+            f"{end.culprit}: {name}, P={end.p:.2f})")
+        return
+    say(f"culprit: {name} (environment {end.culprit}; P={end.p:.2f} after {len(b.probes)} "
+        f"probes, {len(b.failed)} failed)")
+    if end.effect is not None:
+        say(f"effect: {slowdown_text(end.effect)} against the good end")
+    before, after = envs[end.culprit - 1], envs[end.culprit]
+    lines = bisect_probe.reproduce(args.overrides, str(before.python), str(after.python),
+                                   args.metric, args.repo, after.commit)
+    say("reproduce:\n  " + "\n  ".join(lines))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
