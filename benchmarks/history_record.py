@@ -59,10 +59,14 @@ def job_record(result: Result) -> dict:
     return out
 
 
-def one_sweep(folder: Path, sweep: list[str]) -> dict:
+def one_sweep(folder: Path, sweep: list[str], store: str = "") -> dict:
     started = time.time()
     load1 = os.getloadavg()[0]
-    subprocess.run([sys.executable, "-m", "rnnexp", "-m", *sweep, f"hydra.sweep.dir={folder}"],
+    sinks = ["sinks=[json,mlflow]", f"sinks.mlflow.uri={store}"] if store else []
+    if sinks:
+        sweep = [o for o in sweep if not o.startswith("sinks=")]
+    subprocess.run([sys.executable, "-m", "rnnexp", "-m", *sweep, *sinks,
+                    f"hydra.sweep.dir={folder}"],
                    cwd=ROOT, check=True, capture_output=True)
     jobs = [job_record(Result.load(p)) for p in sorted(folder.glob(f"*/{RESULTS_FILE}"))]
     return {"at": started, "load1": load1, "wall_s": time.time() - started, "jobs": jobs}
@@ -74,6 +78,8 @@ def main() -> None:
     parser.add_argument("--metric", choices=list(SWEEPS), default="time")
     parser.add_argument("--out", type=Path, help="default: benchmarks/data/history_runs.json "
                         "(time) or history_counts.json (instructions)")
+    parser.add_argument("--store", default="", help="also record the runs in this MLflow "
+                        "store (e.g. sqlite:///counts.db), for `rnnexp history`")
     args = parser.parse_args()
     args.out = args.out or DATA[args.metric]
     data = json.loads(args.out.read_text()) if args.out.exists() else {
@@ -81,7 +87,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rnnexp-history-") as tmp:
         for n in range(args.sweeps):
             try:
-                data["sweeps"].append(one_sweep(Path(tmp) / str(n), data["sweep"]))
+                data["sweeps"].append(one_sweep(Path(tmp) / str(n), data["sweep"], args.store))
             except subprocess.CalledProcessError as err:
                 print(f"sweep {n} failed: {err.stderr.decode()[-300:]}", file=sys.stderr)
                 continue
