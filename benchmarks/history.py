@@ -176,12 +176,15 @@ def counted_runs(data: dict) -> list[list[dict]]:
     return [runs for runs in streams(data, counts=True).values() if len(runs) >= 2]
 
 
-def count_probe(configs: list[list[dict]], slower: float, rng) -> Probe:
-    """Two different counted runs of one configuration, the probe's counts × `slower`."""
+def count_probe(configs: list[list[dict]], slower: float, rng, one: bool = False) -> Probe:
+    """Two different counted runs of one configuration, the probe's counts × `slower`;
+    `one`: a single counting process a side (one of each run's, at random), as
+    `bench.count_processes=1` counts."""
     runs = configs[int(rng.integers(0, len(configs)))]
-    a, b = rng.choice(len(runs), 2, replace=False)
-    return Probe(0, significance.counts(runs[a]["process_medians_ms"],
-                                        [v * slower for v in runs[b]["process_medians_ms"]]))
+    a, b = (runs[i]["process_medians_ms"] for i in rng.choice(len(runs), 2, replace=False))
+    if one:
+        a, b = [a[int(rng.integers(0, len(a)))]], [b[int(rng.integers(0, len(b)))]]
+    return Probe(0, significance.counts(a, [v * slower for v in b]))
 
 
 def synthetic_probe(se: float, slower: float, rng) -> Probe:
@@ -215,8 +218,10 @@ def bisection(data: dict, trials: int, ks: list[int], seed: int = 0,
         table.add_column(col, justify="right")
     if counts:
         configs = counted_runs(data)
-        rows = [("real counted runs, two a probe",
-                 lambda s, rng: count_probe(configs, s, rng))]
+        rows = [("real counted runs (2 counting processes a side)",
+                 lambda s, rng: count_probe(configs, s, rng)),
+                ("real counted runs (1 counting process a side)",
+                 lambda s, rng: count_probe(configs, s, rng, one=True))]
     else:
         all_pairs = pairs(data)
         rows = [(f"real A/A pairs × {k} sweep" + ("s" if k > 1 else ""),

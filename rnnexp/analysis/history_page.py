@@ -34,11 +34,13 @@ def history(all_series: Sequence[Series], phase: str, sources: Sequence[str]) ->
     out = []
     for s in all_series:
         points = []
-        for p in s.points:
+        for n, p in enumerate(s.points, 1):
             low, high = p.interval()
+            # Numbered: runs of one commit in one minute are still points of their own.
             points.append(model.SeriesPoint(
-                at=f"{p.version} {p.day}", median_ms=p.level, low_ms=low, high_ms=high,
-                note=f"run {p.run_id[:12] or p.name}, {len(p.replicates)} replicates"))
+                at=f"{n}: {p.version}", median_ms=p.level, low_ms=low, high_ms=high,
+                note=f"{p.day}, run {p.run_id[:12] or p.name}, {len(p.replicates)} "
+                     "replicates"))
         changes = [model.ChangePoint(
             index=c.index, before_ms=c.shift.before_ms, after_ms=c.shift.after_ms,
             note=f"{c.size_text()}, p={c.shift.pvalue:.1e}; first run after it "
