@@ -56,8 +56,8 @@ ENVS, STEP, MAX_PROBES = 64, 0.03, 10
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 
-def load(metric: str) -> dict:
-    return json.loads(DATA[metric].read_text())
+def load(metric: str, path: Path | None = None) -> dict:
+    return json.loads((path or DATA[metric]).read_text())
 
 
 def as_counts(job: dict) -> dict:
@@ -272,13 +272,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metric", choices=list(DATA), default="time",
                         help="the recorded runs: time (history_runs.json) or instructions "
                              "(history_counts.json)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="the recorded runs' file (default: the metric's in "
+                             "benchmarks/data/)")
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--pooled", type=int, nargs="+", default=[1, 8],
                         help="real sweeps pooled per probe (default 1 8; the docs' figures: "
                              "1 8 32)")
     args = parser.parse_args(argv)
     parts = args.parts or ["changes", "bisect"]
-    data = load(args.metric)
+    data = load(args.metric, args.data)
     counts = args.metric == "instructions"
     console.print(f"data: {describe(data)}", highlight=False, markup=False)
     if counts:
