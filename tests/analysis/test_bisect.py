@@ -99,3 +99,26 @@ def test_a_breakpoint_beside_a_failed_environment_is_a_range():
 def test_a_breakpoint_at_either_end_is_found(culprit):
     b = search(16, culprit, step=0.08, se=0.01, rng=np.random.default_rng(culprit))
     assert b.culprit() == (culprit, pytest.approx(b.culprit()[1])) and b.known()
+
+
+def test_the_search_ends_in_a_culprit_a_range_or_nothing_to_bisect():
+    from rnnexp.analysis import bisect_probe
+
+    rng = np.random.default_rng(4)
+
+    def probe(step: float, culprit: int, se: float):
+        return lambda m: measured(m, rng.normal(step if m >= culprit else 0.0, se), se)
+
+    heard = []
+    b = bisect_probe.search(Bisection(16), probe(0.05, 6, 0.005), 20,
+                            lambda b, p: heard.append(p.index))
+    end = bisect_probe.outcome(b)
+    assert end.known and end.culprit == 6 and end.effect.index == 6
+    assert heard == [p.index for p in b.probes] and heard[0] == 15
+    assert [c for c, _ in bisect_probe.after_each(b)][-1] == 6
+    # Too few probes to know: a range that holds the culprit.
+    short = bisect_probe.outcome(bisect_probe.search(Bisection(16), probe(0.05, 6, 0.005), 3))
+    assert short.real and not short.known and short.low <= 6 <= short.high
+    # A bad end as fast as the good one: nothing to bisect, after one probe.
+    none = bisect_probe.search(Bisection(16), probe(0.0, 6, 0.002), 20)
+    assert len(none.probes) == 1 and not bisect_probe.outcome(none).real
