@@ -56,6 +56,12 @@ PINNED_ENV = {
     "MKL_NUM_THREADS": "1",
     "PYTHONHASHSEED": "0",
 }
+# The most warm-up iterations a counting worker runs (uninstrumented, before it counts). A
+# count needs the code to have settled, not the machine: TorchScript's profiling executor
+# optimises on its second call and runs the optimised graph from the third, and counted
+# iterations that still differed would show as their range. More, at the default shape,
+# only costs minutes under Valgrind.
+WARMUP = 3
 # Where a counting worker's dumps go (set by the job's process for each counting worker).
 OUT_ENV = "RNNEXP_CALLGRIND_OUT"
 INSTALL = "make valgrind (apt-get install valgrind, as root)"
