@@ -187,8 +187,8 @@ class BenchConfig:
     count_processes: int = 1
     # Iterations each counting process counts, after an uninstrumented warm-up of
     # bench.warmup iterations (at most 3: a count needs only the code to have settled).
-    # Counted iterations of one process repeat to ~0.03%, so two tell a settled count from
-    # one still changing; each costs minutes at the default shape.
+    # Counts are deterministic: a process repeats another's to ≤ 0.06%, so a few
+    # iterations are enough; each costs minutes at the default shape.
     count_iters: int = 2
 
     def __post_init__(self) -> None:

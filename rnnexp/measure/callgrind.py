@@ -26,7 +26,8 @@ to bins that `malloc` later searches and consolidates, and that work differs fro
 to iteration and process to process (0.1–1.3% of a small LSTM's forward, almost all of the
 counts' variation). A per-thread cache large enough to hold every freed small chunk
 (`glibc.malloc.tcache_count`, `mxfast` at its largest) makes each allocation the same few
-instructions: iterations then agree to ~0.03% (docs/benchmarks.md#instruction-counts).
+instructions: processes then repeat each other's counts to ≤ 0.06% for every model of
+fastrnns' set (docs/benchmarks.md#instruction-counts).
 """
 
 from __future__ import annotations
