@@ -185,8 +185,11 @@ class BenchConfig:
     metric: Metric = Metric.time
     # Processes counting under Callgrind (each ~50× slower than native while it counts).
     count_processes: int = 1
-    # Iterations each counting process counts (after bench.warmup untimed ones).
-    count_iters: int = 3
+    # Iterations each counting process counts, after an uninstrumented warm-up of
+    # bench.warmup iterations (at most 3: a count needs only the code to have settled).
+    # Counts are deterministic: a process repeats another's to ≤ 0.06%, so a few
+    # iterations are enough; each costs minutes at the default shape.
+    count_iters: int = 2
 
     def __post_init__(self) -> None:
         _finite(self, "quiet_timeout_s", "block_ms", "round_ms", "budget_s", "precision")

@@ -2,12 +2,14 @@
 (bench.metric=instructions).
 
 A counting worker is the ordinary worker (rnnexp.measure.isolation) started under
-`valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no`: importing torch runs
-uninstrumented (a fraction of what instrumented code costs), instrumentation starts right
-before the warm-up, and only the timed regions collect. `Clock` is the timer's clock there:
-its first mark of a region switches collection on, its second switches it off and dumps the
-counts (a dump zeroes them), so each forward and each backward is one dump file whose total
-is that region's `Ir` — the timer (rnnexp.measure.timing) stays as it is.
+`valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no`: importing torch and the
+warm-up run uninstrumented (several times faster than instrumented code: at the default
+shape an instrumented iteration takes minutes), instrumentation starts after the warm-up
+(`Clock.start`; the instructions a process executes are the same either way, only
+Valgrind's own cost differs), and only the timed regions collect. `Clock` is the timer's
+clock there: its first mark of a region switches collection on, its second switches it off
+and dumps the counts (a dump zeroes them), so each forward and each backward is one dump
+file whose total is that region's `Ir` — the timer (rnnexp.measure.timing) stays as it is.
 
 The client requests are Valgrind's documented magic instruction sequence (valgrind.h, amd64)
 run from a few bytes of executable memory through ctypes: torch exposes only
@@ -18,6 +20,14 @@ default, so the same code runs natively.
 Counts depend on the code the libraries pick for the CPU. Valgrind's synthetic CPU has no
 AVX-512, so counting and its calibration (time measured alongside) both run with the ISA
 pinned to AVX2 (`PINNED_ENV`, recorded with the result) and one thread.
+
+Counts also depend on the state of glibc's heap: with its defaults, a freed chunk goes back
+to bins that `malloc` later searches and consolidates, and that work differs from iteration
+to iteration and process to process (0.1–1.3% of a small LSTM's forward, almost all of the
+counts' variation). A per-thread cache large enough to hold every freed small chunk
+(`glibc.malloc.tcache_count`, `mxfast` at its largest) makes each allocation the same few
+instructions: processes then repeat each other's counts to ≤ 0.06% for every model of
+fastrnns' set (docs/benchmarks.md#instruction-counts).
 """
 
 from __future__ import annotations
@@ -35,16 +45,24 @@ from rnnexp.errors import ConfigError
 
 # The ISA and threads of counting workers and of their time calibration: ATen's dispatch,
 # oneDNN, MKL and glibc's string/memory routines pinned to what Valgrind's CPU offers; one
-# OpenMP thread; Python's hashing fixed (set and dict order decide some code paths).
+# OpenMP thread; Python's hashing fixed (set and dict order decide some code paths); glibc's
+# malloc serving small chunks from its per-thread cache (the module's docstring says why).
 PINNED_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "DNNL_MAX_CPU_ISA": "AVX2",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-    "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD",
+    "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
+                      ":glibc.malloc.tcache_count=65535:glibc.malloc.mxfast=160",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "PYTHONHASHSEED": "0",
 }
+# The most warm-up iterations a counting worker runs (uninstrumented, before it counts). A
+# count needs the code to have settled, not the machine: TorchScript's profiling executor
+# optimises on its second call and runs the optimised graph from the third, and counted
+# iterations that still differed would show as their range. More, at the default shape,
+# only costs minutes under Valgrind.
+WARMUP = 3
 # Where a counting worker's dumps go (set by the job's process for each counting worker).
 OUT_ENV = "RNNEXP_CALLGRIND_OUT"
 INSTALL = "make valgrind (apt-get install valgrind, as root)"
@@ -121,7 +139,8 @@ def total(path: Path) -> int:
 class Clock:
     """The timer's clock in a counting worker: a region between two marks collects, and
     `elapsed_ms` is its instruction count (not milliseconds: the unit of this clock), less
-    what the marks themselves cost (the least of a few empty regions)."""
+    what the marks themselves cost (the least of a few empty regions). Until `start` (after
+    the warm-up) nothing is instrumented, marks do nothing and regions count 0."""
 
     name = "callgrind"
 
@@ -129,8 +148,13 @@ class Clock:
         self.prefix = Path(prefix or os.environ[OUT_ENV])
         self._dumps = 0
         self._open = False
-        _request(START_INSTRUMENTATION)
+        self.started = False
         self.overhead = 0
+
+    def start(self) -> None:
+        """Instrument from here on (a no-op natively), and measure the marks' own cost."""
+        _request(START_INSTRUMENTATION)
+        self.started = True
         self.overhead = min(self._empty() for _ in range(3))
 
     def _empty(self) -> int:
@@ -138,6 +162,8 @@ class Clock:
         return self.elapsed_ms(start, self.mark())
 
     def mark(self) -> int:
+        if not self.started:
+            return 0
         _request(TOGGLE_COLLECT)
         if self._open:
             _request(DUMP_STATS)
@@ -149,6 +175,8 @@ class Clock:
         pass
 
     def elapsed_ms(self, start: int, end: int) -> int:
+        if not self.started:
+            return 0
         path = self.prefix.with_name(f"{self.prefix.name}.{end}")
         count = total(path)
         path.unlink()

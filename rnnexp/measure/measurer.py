@@ -101,13 +101,18 @@ class Measurer:
                             if cfg.bench.verify
                             else Verification("skipped", detail="bench.verify=false"))
         t2 = time.perf_counter()
-        # A counting worker (bench.metric=instructions) counts where others time; its clock
-        # starts Callgrind's instrumentation, so the warm-up below is translated as counted.
-        clock = callgrind.Clock() if counting() else clock_for(p.device)
+        # A counting worker (bench.metric=instructions) counts where others time; its
+        # warm-up runs uninstrumented (the same instructions, several times faster under
+        # Valgrind), and Callgrind instruments from the first counted iteration on.
+        counts = counting()
+        clock = callgrind.Clock() if counts else clock_for(p.device)
         self._timer = Timer(workload, clock, cfg.bench.backward)
-        iteration_ms = self._timer.warmup(cfg.bench.warmup)
+        iteration_ms = self._timer.warmup(min(cfg.bench.warmup, callgrind.WARMUP) if counts
+                                          else cfg.bench.warmup)
         if cfg.bench.block_ms and not iteration_ms:  # no warm-up to size blocks from
             iteration_ms = self._timer.warmup(1)
+        if isinstance(clock, callgrind.Clock):
+            clock.start()
         # From here on anything compiled is inside the timed samples (checked after each round).
         p.backend.timed_start(workload)
         t3 = time.perf_counter()

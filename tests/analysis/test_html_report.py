@@ -7,9 +7,12 @@ parent run by the report sink."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -328,3 +331,29 @@ def test_compare_and_report_log_their_pages_to_the_sweeps_parent_run(real_sweep,
     logged = {a.path for d in ("compare", "report")
               for a in client.list_artifacts(parent.info.run_id, d)}
     assert logged == {"compare/c.png", "compare/c.html", "report/r.html"}
+
+
+def test_a_counted_sweep_shows_its_counts_and_judges_on_them(real_sweep, tmp_path):
+    # bench.metric=instructions recorded on the real sweep's two LSTM cells (jit counting 2%
+    # more instructions than lstm): the cells' table gets count columns, each cell a section
+    # with its counts, and the verdict is judged on counts and shown in instructions.
+    from rnnexp.results.result import CountStats, Instructions
+
+    sweep = shutil.copytree(real_sweep[0], tmp_path / "s")
+    for folder, result in load_jobs(sweep):
+        if result.choices["backend"] == "aten" and result.choices["model"] in ("lstm", "jit"):
+            n = 1.02e6 if result.choices["model"] == "jit" else 1e6
+            result.instructions = Instructions(
+                phases={"forward": CountStats.of([[n, n + 10], [n + 5]], time_ms=0.2),
+                        "backward": CountStats.of([[2 * n], [2 * n]], time_ms=0.4)},
+                env={"ATEN_CPU_CAPABILITY": "avx2"}, count_s=60.0)
+            result.save(folder)
+    html = tmp_path / "r.html"
+    assert cli(str(sweep), "--baseline", "model=lstm", "-o", str(html)) == 0
+    text = html.read_text()
+    assert "<th>fwd instructions</th>" in text and "1.020M ±0.000%" in text
+    packed = re.search(r'id="cell-details">([^<]+)<', text).group(1)
+    details = gzip.decompress(base64.b64decode(packed)).decode()
+    assert "<h3>instruction counts</h3>" in details and "ATEN_CPU_CAPABILITY=avx2" in details
+    assert "1.020M instr" in details and "0.980× (instr)" in details
+    assert details.count("<h3>instruction counts</h3>") == 2  # the two counted cells only

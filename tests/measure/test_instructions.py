@@ -50,6 +50,23 @@ def test_client_requests_are_no_ops_outside_valgrind():
     assert callgrind._request(callgrind.TOGGLE_COLLECT, 7) == 7  # the default comes back
 
 
+def test_the_warm_up_is_not_counted_until_the_clock_starts(tmp_path):
+    # Before start() (the warm-up: uninstrumented under Valgrind) a region counts nothing
+    # and asks Valgrind for nothing: no dump is written.
+    clock = callgrind.Clock(str(tmp_path / "callgrind.out"))
+    first = clock.mark()
+    assert clock.elapsed_ms(first, clock.mark()) == 0
+    assert not clock.started and list(tmp_path.iterdir()) == []
+
+
+def test_counting_pins_the_heap_allocator_with_the_isa():
+    # glibc's per-thread cache serves every small chunk: without it malloc's bin searches
+    # move counts by up to ~1% between iterations.
+    tunables = dict(t.split("=") for t in callgrind.PINNED_ENV["GLIBC_TUNABLES"].split(":"))
+    assert tunables["glibc.malloc.tcache_count"] == "65535"
+    assert tunables["glibc.cpu.hwcaps"].startswith("-AVX512F")
+
+
 def test_time_jobs_keep_the_default_metric_and_no_pinning():
     cfg = schema.validate(compose_cfg(TINY))
     assert cfg.bench.metric == schema.Metric.time and cfg.bench.num_threads is None
@@ -76,6 +93,8 @@ def test_a_counted_sweep_records_counts_and_the_gate_catches_a_planted_change(ru
             c = ins["phases"][phase]
             assert len(c["samples"]) == 2 and c["low"] <= c["median"] <= c["high"]
             assert c["ns_per_instruction"] > 0
+            # Iterations of one process repeat to 0.1% (the heap allocator pinned).
+            assert c["high"] - c["low"] <= 0.001 * c["median"]
     by_seq = {d["config"]["shape"]["seq_len"]: d for d in counted}
     assert by_seq[9]["instructions"]["phases"]["forward"]["median"] > \
         by_seq[8]["instructions"]["phases"]["forward"]["median"]

@@ -273,11 +273,41 @@ def _method_rows(run: Run) -> list[tuple[str, str]]:
     return rows
 
 
+def instructions(run: Run, phase: str) -> str:
+    """A counted phase as the cells' table shows it: median instructions per iteration
+    and the range of every counted iteration ("" where it was not counted)."""
+    ins = run.result.instructions
+    c = ins.phases.get(dict(PHASES)[phase]) if ins else None
+    return f"{c.median / 1e6:,.3f}M ±{c.spread / 2:.3%}" if c else ""
+
+
+def _count_rows(run: Run) -> list[list[str]]:
+    ins = run.result.instructions
+    if not ins:
+        return []
+    return [[name, f"{c.median:,.0f}", f"{c.low:,.0f}–{c.high:,.0f}", f"{c.spread:.3%}",
+             ", ".join(f"{v:,.0f}" for v in c.process_medians),
+             num(c.ns_per_instruction, ".3g")]
+            for name, c in ins.phases.items()]
+
+
+def _count_env(run: Run) -> str:
+    ins = run.result.instructions
+    return (f"{ins.tool}, one thread; {' '.join(f'{k}={v}' for k, v in ins.env.items())}; "
+            f"counting took {ins.count_s:.0f} s") if ins else ""
+
+
 def sections(run: Run, base: Optional[Run]) -> list[m.Section]:
     out = [m.Section("timing", columns=["phase", "median ms", "IQR ms", "median 95% CI",
                                         "p10–p90", "n", "CV", "processes",
                                         "between-process 95%", "drift"],
                      rows=_phase_rows(run))]
+    counts = _count_rows(run)
+    if counts:
+        out.append(m.Section("instruction counts", columns=[
+            "phase", "median per iteration", "range", "range / median",
+            "median of each process", "ns per instruction"], rows=counts,
+            note=_count_env(run)))
     processes = _process_rows(run)
     if processes:
         out.append(m.Section("processes", columns=["phase", "median ms of each process",
@@ -309,8 +339,8 @@ def verdicts(runs: Sequence[Run], bases: Sequence[Optional[Run]], judged: Judged
         out.append(m.Verdict(
             number=i + 1, label=label(run.config, keys), phase=p,
             baseline=f"#{numbers[id(base)]}" if id(base) in numbers else base.row.label,
-            baseline_ms=level(base, p, d.baseline_ms),
-            candidate_ms=level(run, p, d.candidate_ms), processes=d.processes_text,
+            baseline_ms=level(base, p, d.baseline_ms, d.unit),
+            candidate_ms=level(run, p, d.candidate_ms, d.unit), processes=d.processes_text,
             speedup=d.speedup, low=d.low, high=d.high, verdict=v, text=d.cell(),
             method=d.method, p_holm=d.p_holm, why_not=d.why_not, regression=regression,
             flagged=bool(run.flags or base.flags)))
@@ -322,10 +352,10 @@ def ms(row: Row, p: str) -> str:
     return format_quartiles(*(getattr(row, f"{p}_{s}_ms") for s in ("median", "q1", "q3")))
 
 
-def level(run: Run, p: str, value: float) -> str:
-    """A side's level as a comparison estimated it (its speedup is the ratio of the two),
-    else the run's median [quartiles]."""
-    return run.shown_ms(p, value) if math.isfinite(value) else ms(run.row, p)
+def level(run: Run, p: str, value: float, unit: str = "ms") -> str:
+    """A side's level as a comparison estimated it (its speedup is the ratio of the two;
+    in instructions for a cell judged on counts), else the run's median [quartiles]."""
+    return run.shown_ms(p, value, unit) if math.isfinite(value) else ms(run.row, p)
 
 
 def cells(runs: Sequence[Run], bases: Optional[Sequence[Optional[Run]]],
@@ -342,6 +372,7 @@ def cells(runs: Sequence[Run], bases: Optional[Sequence[Optional[Run]]],
             kind=kind_of(run), headline=headline(run), reason=reason_of(run),
             flags=list(run.flags),
             fwd=ms(run.row, "fwd"), bwd=ms(run.row, "bwd"),
+            fwd_instr=instructions(run, "fwd"), bwd_instr=instructions(run, "bwd"),
             is_baseline=base is run, verdicts=[v for v in found if v.number == n],
             sections=sections(run, base if base is not run else None),
             command=command(run), samples=samples, rounds=rounds, samples_note=note))

@@ -76,6 +76,10 @@ class Cell:
     flags: list[str] = field(default_factory=list)
     fwd: str = "—"  # median [25th, 75th percentile], ms
     bwd: str = "—"
+    # bench.metric=instructions: median instructions per iteration and their range over
+    # every counted iteration ("" where the cell was not counted).
+    fwd_instr: str = ""
+    bwd_instr: str = ""
     is_baseline: bool = False
     verdicts: list[Verdict] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
@@ -213,6 +217,11 @@ class Report:
 
     def counts(self) -> dict[str, int]:
         return {k: sum(c.kind == k for c in self.cells) for k in KINDS}
+
+    @property
+    def counted(self) -> bool:
+        """Some cell carries instruction counts: the cells' table shows them."""
+        return any(c.fwd_instr or c.bwd_instr for c in self.cells)
 
     def cell(self, number: int) -> Cell:
         return self.cells[number - 1]
