@@ -305,7 +305,7 @@ class Watch:
         now = self._read()
         _, cores = self._others(self._last, now)
         self._last = now
-        self.rounds.append((cores, max(0.0, runnable() - 1)))  # less this, the reader
+        self.rounds.append((cores, others_runnable(self.pids)))
 
     def look(self, top: Optional[Look] = None) -> Look:
         """Over every round since the start; the busiest processes' names from `top`."""
@@ -329,6 +329,33 @@ def runnable() -> int:
         return int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def running_threads(pids: set[int]) -> int:
+    """Threads of `pids` runnable now (state R in /proc/<pid>/task/<tid>/stat): the reader
+    itself, and a worker's OpenMP threads still spinning after its turn."""
+    count = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            count += stat.rpartition(")")[2].split()[:1] == ["R"]
+    return count
+
+
+def others_runnable(pids: set[int]) -> float:
+    """Tasks runnable now that are not this job's: the machine's less this job's own threads
+    (read on both sides of the machine's count, the larger taken: a thread of ours that stops
+    spinning in between must not read as someone else's)."""
+    before = running_threads(pids)
+    total = runnable()
+    return float(max(0, total - max(before, running_threads(pids), 1)))
 
 
 def _read(path: Path) -> str:

@@ -4,8 +4,10 @@ Nothing here asserts a timing."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 
 import pytest
@@ -69,6 +71,24 @@ def test_a_look_counts_other_processes_and_leaves_out_the_jobs_own():
         assert pct >= 5
         # ...but it is this process's child, so a look from here does not count it.
         assert name not in " ".join(environment.look(0.5).top)
+
+
+def test_the_run_queue_leaves_out_the_jobs_own_runnable_threads():
+    """A worker's threads still spinning when a round ends are this job's, not contention."""
+    me = {os.getpid()}
+    with cpu_hogs(1) as (hog,):
+        spinning = {hog.pid}
+        # A busy loop is always runnable (running or waiting for a core); this reader too.
+        assert environment.running_threads(spinning) == 1
+        assert environment.running_threads(me | spinning) >= 2
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.5)
+        assert environment.running_threads({sleeper.pid}) == 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert environment.running_threads({2**22 + 7}) == 0  # gone: nothing, no error
 
 
 def test_quiet_refuse_declines_before_timing_in_one_line(run_cli, tmp_path):
