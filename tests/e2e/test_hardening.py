@@ -271,20 +271,39 @@ BROKEN_RESULTS = {"truncated": '{"schema": 2, "status": "ok", "cho', "empty": ""
                   "not-json": "not json at all", "foreign": '{"a": 1}'}
 
 
-@pytest.mark.parametrize("kind", sorted(BROKEN_RESULTS))
-@pytest.mark.parametrize("layout", ["run", "sweep"])
-def test_sync_names_a_broken_results_file_in_one_line(kind, layout, tmp_path):
-    """A truncated, empty or foreign results.json is never uploaded as a result: sync names
-    the file and what is wrong with it, in one line, exit 2, and makes no store."""
+def broken_results(tmp_path: Path, kind: str, layout: str) -> tuple[Path, Path]:
+    """A run or sweep folder whose (only) results.json is broken: (the folder, the file)."""
     folder = tmp_path / layout
     job = folder / "0" if layout == "sweep" else folder
     job.mkdir(parents=True)
     (job / "results.json").write_text(BROKEN_RESULTS[kind])
+    return folder, job / "results.json"
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_RESULTS))
+@pytest.mark.parametrize("layout", ["run", "sweep"])
+def test_sync_names_a_broken_results_file_in_one_line(kind, layout, tmp_path, capsys):
+    """A truncated, empty or foreign results.json is never uploaded as a result: sync names
+    the file and what is wrong with it, in one line, exit 2, and makes no store (in this
+    process, through the commands' error boundary; the next test as a real process)."""
+    from rnnexp.app.commands import run_command
+
+    folder, file = broken_results(tmp_path, kind, layout)
+    code = run_command("sync", [str(folder), "--tracking-uri", f"sqlite:///{tmp_path}/store.db"])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert str(file) in one_error_line(out.err)
+    assert "Traceback" not in out.err
+    assert not (tmp_path / "store.db").exists()
+
+
+def test_sync_of_a_broken_results_file_through_python_m_rnnexp(tmp_path):
+    folder, file = broken_results(tmp_path, "truncated", "sweep")
     proc = subprocess.run([sys.executable, "-m", "rnnexp", "sync", str(folder), "--tracking-uri",
                            f"sqlite:///{tmp_path}/store.db"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     line = one_error_line(proc.stderr)
-    assert str(job / "results.json") in line
+    assert str(file) in line
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "store.db").exists()
