@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,14 +38,42 @@ def choices_of(cfg) -> dict[str, str]:
     return {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
 
 
+@pytest.fixture(scope="session")
+def store_template(tmp_path_factory) -> Path:
+    """An MLflow SQLite store with MLflow's tables made, once a worker: migrating a fresh
+    store costs a process ~2 CPU-s, and most tests are not about a store's first use."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    folder = tmp_path_factory.mktemp("store-template")
+    store = SqlAlchemyStore(f"sqlite:///{folder / 'mlflow.db'}", str(folder / "artifacts"))
+    store.engine.dispose()
+    return folder / "mlflow.db"
+
+
 @pytest.fixture
-def run_cli(tmp_path):
-    """Run `python -m rnnexp ARGS` in a subprocess with outputs under tmp_path."""
+def migrated_store(store_template):
+    """`migrated_store(path)`: a copy of the migrated empty store at `path`; its URI."""
+
+    def _at(path: Path) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(store_template, path)
+        return f"sqlite:///{path}"
+
+    return _at
+
+
+@pytest.fixture
+def run_cli(tmp_path, migrated_store):
+    """Run `python -m rnnexp ARGS` in a subprocess with outputs under tmp_path; its default
+    store, tmp_path/mlflow.db, starts migrated and empty (`store=False`: no store until the
+    run makes one — for a test that a store is made, or not)."""
 
     def _run(*args: str, multirun: bool = False, env: dict | None = None,
-             timeout: float = 300) -> subprocess.CompletedProcess:
+             timeout: float = 300, store: bool = True) -> subprocess.CompletedProcess:
         dirs = [f"hydra.sweep.dir={tmp_path}/sweep"] if multirun else \
             [f"hydra.run.dir={tmp_path}/run"]
+        if store and not (tmp_path / "mlflow.db").exists():
+            migrated_store(tmp_path / "mlflow.db")
         cmd = [sys.executable, "-m", "rnnexp", *(["-m"] if multirun else []), *args, *dirs]
         # Never the project's mlflow.db: the default store is one of the test's own (through
         # MLflow's env var, so it is not among the overrides a test checks).
@@ -146,7 +175,9 @@ def serving_mlflow(folder: Path, admin_password: str | None = None) -> Iterator[
 
 
 @pytest.fixture
-def mlflow_server(tmp_path):
-    """A real `mlflow server` on 127.0.0.1 (SQLite store, served artifacts), as `make server`."""
+def mlflow_server(tmp_path, migrated_store):
+    """A real `mlflow server` on 127.0.0.1 (SQLite store, served artifacts), as `make server`;
+    its store starts migrated and empty."""
+    migrated_store(tmp_path / "server.db")
     with serving_mlflow(tmp_path) as uri:
         yield uri

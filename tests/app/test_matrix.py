@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from rnnexp.app.commands import matrix
+from rnnexp.app import support
 from rnnexp.app.config_check import group_options
 from tests.backends.test_backends import CUDA_GPU, ROCM_GPU
 from tests.backends.test_gpu_paths import AMPERE, CUDNN_BROKEN, VOLTA
@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 
 
 def test_matrix_on_a_simulated_cuda_machine():
-    cells = matrix.support(["lstm", "jit", "py"], ["cudnn", "miopen", "jit", "inductor"],
+    cells = support.support(["lstm", "jit", "py"], ["cudnn", "miopen", "jit", "inductor"],
                            device="cuda", plat=CUDA_GPU)
     assert cells["lstm", "cudnn"] == "" and cells["jit", "jit"] == ""
     assert cells["py", "inductor"] == ""
@@ -52,24 +52,24 @@ def test_matrix_narrows_and_rejects_unknown_names():
 
 def test_matrix_shows_the_gpu_refusals_on_simulated_cuda_and_rocm():
     bf16 = ["dtype=bfloat16"]
-    cuda = matrix.support(["lstm", "jit"], ["cudnn", "aten"], "cuda",
+    cuda = support.support(["lstm", "jit"], ["cudnn", "aten"], "cuda",
                           plat=CUDA_GPU, extra=bf16)  # cuDNN 9.10, capability unknown
     assert cells_ok(cuda, ("jit", "cudnn"), ("lstm", "aten"), ("jit", "aten"))
     assert cuda["lstm", "cudnn"].startswith("backend=cudnn runs bfloat16 RNNs only with cuDNN "
                                             ">= 9.13 on SM >= 8.0")
-    assert matrix.support(["lstm"], ["cudnn"], "cuda", plat=AMPERE, extra=bf16) == {
+    assert support.support(["lstm"], ["cudnn"], "cuda", plat=AMPERE, extra=bf16) == {
         ("lstm", "cudnn"): ""}
-    volta = matrix.support(["jit"], ["aten"], "cuda", plat=VOLTA, extra=bf16)
+    volta = support.support(["jit"], ["aten"], "cuda", plat=VOLTA, extra=bf16)
     assert volta["jit", "aten"].startswith("dtype=bfloat16: Tesla V100 (SM 7.0) has no native")
-    rocm = matrix.support(["lstm", "jit"], ["miopen"], "cuda", plat=ROCM_GPU, extra=bf16)
+    rocm = support.support(["lstm", "jit"], ["miopen"], "cuda", plat=ROCM_GPU, extra=bf16)
     assert rocm["jit", "miopen"] == ""
     assert rocm["lstm", "miopen"].startswith("backend=miopen runs RNNs in float32 and float16 "
                                              "only")
-    broken = matrix.support(["lstm"], ["cudnn", "auto"], "cuda", plat=CUDNN_BROKEN)
+    broken = support.support(["lstm"], ["cudnn", "auto"], "cuda", plat=CUDNN_BROKEN)
     assert broken["lstm", "cudnn"].startswith("backend=cudnn cannot use cuDNN: cuDNN version "
                                               "91100 is not compatible")
     assert broken["lstm", "auto"] == ""  # auto falls back to aten and records why
-    tf32 = matrix.support(["lstm"], ["auto"], "cuda", plat=ROCM_GPU,
+    tf32 = support.support(["lstm"], ["auto"], "cuda", plat=ROCM_GPU,
                           extra=["backend.allow_tf32=true"])
     assert tf32["lstm", "auto"].startswith("backend=miopen has no TF32 option")
 
@@ -79,17 +79,11 @@ def cells_ok(cells, *keys):
 
 
 def test_refusals_shared_by_several_models_are_one_footnote():
-    from rich.console import Console
-
     models = ["lstm", "gru", "py", "vl_py"]
-    cells = matrix.support(models, ["jit", "cudnn"], device="cpu")
-    console = Console(record=True, width=400)
-    original, matrix.console = matrix.console, console
-    try:
-        matrix.render(models, ["jit", "cudnn"], cells, "test")
-    finally:
-        matrix.console = original
-    notes = [ln for ln in console.export_text().splitlines() if ln.startswith("✗")]
+    cells = support.support(models, ["jit", "cudnn"], device="cpu")
+    table, notes = support.grid(models, ["jit", "cudnn"], cells, "test")
+    assert [c.header for c in table.columns] == ["model", "jit", "cudnn"]
+    assert len(table.rows) == len(models)
     # cudnn: one reason for all; jit: nn modules (lstm, gru) and eager Python (py, vl_py).
     assert len(notes) == 3, notes
     assert any("model=lstm, gru is an nn module" in n and "e.g. for lstm:" in n for n in notes)

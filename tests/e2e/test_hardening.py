@@ -163,14 +163,10 @@ def with_dirs(args: list[str], tmp: Path) -> list[str]:
     return [*args, f"{key}={tmp}/out"]
 
 
-@pytest.mark.parametrize("args, field", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
-def test_bad_input_is_one_line_exit_2_nothing_recorded(args, field, tmp_path, capsys,
-                                                       monkeypatch):
-    store = tmp_path / "mlflow.db"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
-    monkeypatch.chdir(tmp_path)  # a relative file named by a bad config lands here
-    (tmp_path / "victim.txt").write_text("keep me")
-    monkeypatch.setattr(sys, "argv", ["rnnexp", *with_dirs(args, tmp_path)])
+def in_process(args: list[str], capsys, monkeypatch):
+    """`python -m rnnexp ARGS` through `rnnexp.app.cli.main` in this process: its exit
+    status and what it printed."""
+    monkeypatch.setattr(sys, "argv", ["rnnexp", *args])
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.raises(SystemExit) as exit_:
@@ -178,8 +174,18 @@ def test_bad_input_is_one_line_exit_2_nothing_recorded(args, field, tmp_path, ca
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    out = capsys.readouterr()
-    assert exit_.value.code == 2, out.err
+    return exit_.value.code, capsys.readouterr()
+
+
+@pytest.mark.parametrize("args, field", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2_nothing_recorded(args, field, tmp_path, capsys,
+                                                       monkeypatch):
+    store = tmp_path / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    monkeypatch.chdir(tmp_path)  # a relative file named by a bad config lands here
+    (tmp_path / "victim.txt").write_text("keep me")
+    code, out = in_process(with_dirs(args, tmp_path), capsys, monkeypatch)
+    assert code == 2, out.err
     line = one_error_line(out.err)
     assert field in line
     assert "Traceback" not in out.err + out.out
@@ -238,21 +244,11 @@ hydra:
 """
 
 
-def _one_line_exit_2_and_nothing_made(args: list[str], tmp: Path, made: Path) -> None:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"}
-    proc = subprocess.run([sys.executable, "-m", "rnnexp", *args, f"hydra.run.dir={tmp}/out"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2, proc.stderr
-    assert "hydra.callbacks.evil._target_" in one_error_line(proc.stderr)
-    assert not made.exists()
-    assert not (tmp / "out").exists()
-
-
 @pytest.mark.parametrize("source", ["config-dir", "config-path", "searchpath"])
-def test_callback_from_any_config_source_runs_nothing(source, tmp_path):
+def test_callback_from_any_config_source_runs_nothing(source, tmp_path, capsys, monkeypatch):
     """Configs from --config-dir, --config-path and hydra.searchpath are checked as conf/
-    is: a callback naming os.makedirs there is refused before Hydra builds it."""
+    is: a callback naming os.makedirs there is refused before Hydra builds it (through the
+    app's entry point in this process: the flags are read from sys.argv there too)."""
     made = tmp_path / "made"
     folder = tmp_path / "configs"
     (folder / "experiment").mkdir(parents=True)
@@ -264,27 +260,52 @@ def test_callback_from_any_config_source_runs_nothing(source, tmp_path):
         args = ["--config-dir", str(folder), "+experiment=evil"]
     else:
         args = [f"hydra.searchpath=[file://{folder}]", "+experiment=evil"]
-    _one_line_exit_2_and_nothing_made(args, tmp_path, made)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    code, out = in_process([*args, f"hydra.run.dir={tmp_path}/out"], capsys, monkeypatch)
+    assert code == 2, out.err
+    assert "hydra.callbacks.evil._target_" in one_error_line(out.err)
+    assert "Traceback" not in out.err + out.out
+    assert not made.exists()
+    assert not (tmp_path / "out").exists()
 
 
 BROKEN_RESULTS = {"truncated": '{"schema": 2, "status": "ok", "cho', "empty": "",
                   "not-json": "not json at all", "foreign": '{"a": 1}'}
 
 
-@pytest.mark.parametrize("kind", sorted(BROKEN_RESULTS))
-@pytest.mark.parametrize("layout", ["run", "sweep"])
-def test_sync_names_a_broken_results_file_in_one_line(kind, layout, tmp_path):
-    """A truncated, empty or foreign results.json is never uploaded as a result: sync names
-    the file and what is wrong with it, in one line, exit 2, and makes no store."""
+def broken_results(tmp_path: Path, kind: str, layout: str) -> tuple[Path, Path]:
+    """A run or sweep folder whose (only) results.json is broken: (the folder, the file)."""
     folder = tmp_path / layout
     job = folder / "0" if layout == "sweep" else folder
     job.mkdir(parents=True)
     (job / "results.json").write_text(BROKEN_RESULTS[kind])
+    return folder, job / "results.json"
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_RESULTS))
+@pytest.mark.parametrize("layout", ["run", "sweep"])
+def test_sync_names_a_broken_results_file_in_one_line(kind, layout, tmp_path, capsys):
+    """A truncated, empty or foreign results.json is never uploaded as a result: sync names
+    the file and what is wrong with it, in one line, exit 2, and makes no store (in this
+    process, through the commands' error boundary; the next test as a real process)."""
+    from rnnexp.app.commands import run_command
+
+    folder, file = broken_results(tmp_path, kind, layout)
+    code = run_command("sync", [str(folder), "--tracking-uri", f"sqlite:///{tmp_path}/store.db"])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert str(file) in one_error_line(out.err)
+    assert "Traceback" not in out.err
+    assert not (tmp_path / "store.db").exists()
+
+
+def test_sync_of_a_broken_results_file_through_python_m_rnnexp(tmp_path):
+    folder, file = broken_results(tmp_path, "truncated", "sweep")
     proc = subprocess.run([sys.executable, "-m", "rnnexp", "sync", str(folder), "--tracking-uri",
                            f"sqlite:///{tmp_path}/store.db"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     line = one_error_line(proc.stderr)
-    assert str(job / "results.json") in line
+    assert str(file) in line
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "store.db").exists()

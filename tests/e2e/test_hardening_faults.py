@@ -106,9 +106,10 @@ def test_concurrent_first_runs_on_a_fresh_store_are_all_recorded(tmp_path):
     assert all(r.info.status == "FINISHED" for r in runs)
 
 
-def test_sweep_mixing_good_unsupported_too_large_crashing_and_wrong_jobs(tmp_path):
+def test_sweep_mixing_good_unsupported_too_large_crashing_and_wrong_jobs(tmp_path, migrated_store):
     """Every job recorded with its status, one line per crash with the real exception, the
     sweep goes on to its summary, the parent ends FAILED after the last job, exit 1."""
+    migrated_store(tmp_path / "mlflow.db")
     code, out, err = run(
         "-m", *TINY, f"model.build._target_=rnnexp.models.native.lstm,{FAULTY}.crashing,"
         f"{FAULTY}.wrong", "backend=aten,cudnn", "shape.hidden_size=32,900000",
@@ -148,7 +149,8 @@ def test_sweep_mixing_good_unsupported_too_large_crashing_and_wrong_jobs(tmp_pat
     assert next(r for r in jobs if r.data.tags["status"] == CRASHED).info.status == "FAILED"
 
 
-def test_crash_in_an_isolated_child_reports_the_real_exception(tmp_path):
+def test_crash_in_an_isolated_child_reports_the_real_exception(tmp_path, migrated_store):
+    migrated_store(tmp_path / "mlflow.db")
     code, out, err = run(*TINY, "model=jit", "backend=jit",
                          f"model.build._target_={FAULTY}.crashing",
                          f"hydra.run.dir={tmp_path}/run", tmp=tmp_path)
@@ -164,7 +166,8 @@ def test_crash_in_an_isolated_child_reports_the_real_exception(tmp_path):
     assert run_.info.status == "FAILED"
 
 
-def test_out_of_memory_is_one_job_failure_and_the_sweep_goes_on(tmp_path):
+def test_out_of_memory_is_one_job_failure_and_the_sweep_goes_on(tmp_path, migrated_store):
+    migrated_store(tmp_path / "mlflow.db")
     code, out, err = run("-m", *TINY, f"model.build._target_={FAULTY}.out_of_memory,"
                          "rnnexp.models.native.lstm", f"hydra.sweep.dir={tmp_path}/sweep",
                          tmp=tmp_path)
@@ -176,7 +179,8 @@ def test_out_of_memory_is_one_job_failure_and_the_sweep_goes_on(tmp_path):
     assert second["status"] == OK
 
 
-def test_failed_verification_exits_1_with_no_rates_anywhere(tmp_path):
+def test_failed_verification_exits_1_with_no_rates_anywhere(tmp_path, migrated_store):
+    migrated_store(tmp_path / "mlflow.db")
     code, out, err = run(*TINY, f"model.build._target_={FAULTY}.wrong", "+sinks=fastrnns",
                          f"hydra.run.dir={tmp_path}/run", tmp=tmp_path)
     assert code == exit_codes.JOB_FAILED
@@ -278,9 +282,10 @@ def test_password_in_a_config_file_uri_is_written_nowhere(tmp_path, mlflow_serve
     assert leaked == []
 
 
-def test_a_credential_in_any_jobs_config_file_is_written_nowhere(tmp_path):
+def test_a_credential_in_any_jobs_config_file_is_written_nowhere(tmp_path, migrated_store):
     """A sweep whose second job picks a YAML holding a token: hidden in that job too, not
     only in what the first job's (the sweep's base) composition holds."""
+    migrated_store(tmp_path / "mlflow.db")
     extra = tmp_path / "configs" / "experiment"
     extra.mkdir(parents=True)
     (extra / "plain.yaml").write_text("# @package _global_\nseed: 1\n")

@@ -71,20 +71,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                              "outputs/runs), or an MLflow sweep's parent run id or name "
                              "(default: the latest sweep in the store); two: the first is "
                              "the baseline of the second, as --against (pyperf compare_to)")
-    parser.add_argument("--baseline", default=None, metavar="KEY=VALUE",
-                        help="e.g. backend=cudnn or model=lstm: differences against it")
-    parser.add_argument("--against", default=None, metavar="SWEEP",
-                        help="a second sweep (folder, parent run id or name) as the baseline: "
-                             "A/B by matching configurations")
-    parser.add_argument("--min-effect", type=float, default=MIN_EFFECT_PCT,
-                        metavar="PCT", help="smallest difference shown, in %% (default: "
-                                            f"{MIN_EFFECT_PCT:g})")
-    parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
-                        help=f"exit {EXIT_REGRESSION} if a cell is significantly slower than "
-                             "its baseline by PCT%% or more")
-    parser.add_argument("--tracking-uri", default=default_store_uri(),
-                        help=f"MLflow store (default: {default_store_uri()})")
-    parser.add_argument("--experiment", default="rnnexp", help="experiment (default: rnnexp)")
+    add_judging_options(parser)
+    add_store_options(parser)
     parser.add_argument("--output", type=Path, default=None,
                         help="chart PNG path (default: outputs/compare/<sweep>.png)")
     parser.add_argument("--roofline", action="store_true",
@@ -94,6 +82,30 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     two_given(args)
     check_judging(args, "one sweep")
     return args
+
+
+def add_judging_options(parser: argparse.ArgumentParser) -> None:
+    """--baseline, --against, --min-effect and --fail-on-regression: how `compare` and
+    `report` judge a comparison (checked by `check_judging`)."""
+    parser.add_argument("--baseline", default=None, metavar="KEY=VALUE",
+                        help="e.g. backend=cudnn or model=lstm: every run against the run "
+                             "that differs from it only in KEY")
+    parser.add_argument("--against", default=None, metavar="SWEEP",
+                        help="a baseline sweep (folder, parent run id or name): every run "
+                             "against the run of it that measured the same configuration")
+    parser.add_argument("--min-effect", type=float, default=MIN_EFFECT_PCT,
+                        metavar="PCT", help="smallest difference shown, in %% (default: "
+                                            f"{MIN_EFFECT_PCT:g})")
+    parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
+                        help=f"exit {EXIT_REGRESSION} if a cell is significantly slower than "
+                             "its baseline by PCT%% or more")
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """--tracking-uri and --experiment: where `compare` and `report` read MLflow sweeps."""
+    parser.add_argument("--tracking-uri", default=default_store_uri(),
+                        help=f"MLflow store (default: {default_store_uri()})")
+    parser.add_argument("--experiment", default="rnnexp", help="experiment (default: rnnexp)")
 
 
 def check_judging(args: argparse.Namespace, within: str) -> None:

@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from rnnexp.analysis import compare, compare_render, compare_select
-from rnnexp.app.commands.compare import MIN_EFFECT_PCT, check_judging
+from rnnexp.app.commands.compare import (
+    add_judging_options,
+    add_store_options,
+    check_judging,
+)
 from rnnexp.config.credentials import redact
-from rnnexp.config.schema import default_store_uri
 from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.results import exit_codes
 from rnnexp.results.report import print_error
@@ -35,22 +38,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("sweeps", nargs="*", metavar="SWEEP",
                         help="results folders, or MLflow parent run ids or names (default: "
                              "the latest sweep in the store); several are shown together")
-    parser.add_argument("--baseline", default=None, metavar="KEY=VALUE",
-                        help="e.g. backend=cudnn or model=lstm: every cell against it")
-    parser.add_argument("--against", default=None, metavar="SWEEP",
-                        help="a baseline sweep: every cell against the run of it that "
-                             "measured the same configuration")
-    parser.add_argument("--min-effect", type=float, default=MIN_EFFECT_PCT,
-                        metavar="PCT", help="smallest difference reported, in %% (default: "
-                                            f"{MIN_EFFECT_PCT:g})")
-    parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
-                        help="the gate line; exit 3 if a cell is significantly slower than "
-                             "its baseline by PCT%% or more")
+    add_judging_options(parser)
     parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
                         help=f"the HTML file (default: {DEFAULT_FOLDER}/<what it shows>.html)")
-    parser.add_argument("--tracking-uri", default=default_store_uri(),
-                        help=f"MLflow store (default: {default_store_uri()})")
-    parser.add_argument("--experiment", default="rnnexp", help="experiment (default: rnnexp)")
+    add_store_options(parser)
     args = parser.parse_args(argv)
     args.sweep = args.sweeps[0] if args.sweeps else None  # compare's name for the first
     check_judging(args, "the sweeps")
