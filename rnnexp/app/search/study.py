@@ -15,12 +15,13 @@ is told what each cost — or which constraint it failed — until the budget of
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -59,8 +60,12 @@ class Settings:
     # A refusal names what would run instead ("— use backend=aten or its cell loop
     # model=jit"): the first such cell of the space is proposed next.
     follow_advice: bool = True
-    # The last window measures the best cell's untried neighbours (one key changed, keys
-    # with fewer values first): a model fitted to a dozen cells misses what one step finds.
+    # The first window screens the baseline's neighbours (`Search.neighbours`): every key's
+    # effect seen from a cell known to run, and every option that runs in few cells
+    # measured where it runs, before a model guides the sampler.
+    screen: bool = True
+    # The last window measures the best cell's neighbours: a model fitted to a dozen cells
+    # misses what one step finds.
     refine: bool = True
 
 
@@ -215,6 +220,10 @@ class Search:
         self.windows = len(list(self.folder.glob("w[0-9]*")))
         if not self.study.trials:  # the baseline is the first cell: it is measured anyway
             self.study.enqueue_trial(self.space.baseline)
+            if self.settings.screen:
+                room = min(self.settings.batch, self.settings.budget - 1)
+                for cell in self.neighbours(self.space.baseline, room):
+                    self.study.enqueue_trial(cell, user_attrs={"screens": "baseline"})
         while self.measured < self.settings.budget:
             room = self.settings.budget - self.measured
             if self.settings.refine and room <= self.settings.batch:
@@ -291,26 +300,52 @@ class Search:
             self.on_told(frozen, m if refused.result else None, refused)
 
     def _enqueue_neighbours(self, room: int) -> None:
-        """Up to `room` untried cells one key away from the best so far, that their plan
-        does not refuse."""
+        """The last window: the best cell so far's neighbours."""
         best = ranked(self.study)
-        if not best:
-            return
-        known, found = self.first_of(), 0
-        for d in sorted(self.space.dimensions, key=lambda d: len(d.values())):
-            for v in d.values():
-                cell = {**best[0].params, d.name: v}
-                if found >= room or self.space.key(cell) in known:
-                    continue
-                if self.refusal(self.space.command_line(cell)) is None:
-                    self.study.enqueue_trial(cell, user_attrs={"neighbour_of": best[0].number})
-                    found += 1
+        if best:
+            for cell in self.neighbours(dict(best[0].params), room):
+                self.study.enqueue_trial(cell, user_attrs={"neighbour_of": best[0].number})
 
-    def advised(self, params: Params, reason: str) -> Optional[Params]:
-        """The first cell a refusal's advice names (its `key=value`s after " — "), with the
-        rest of the refused cell kept, if the space has it and it was not tried."""
-        _, _, advice = reason.partition(" — ")
+    def neighbours(self, center: Params, room: int) -> list[Params]:
+        """Up to `room` untried cells one key away from `center`, that their plan accepts.
+
+        Spaces of models, backends and settings are conditional: an option may run under
+        few of the others (an nn module under ATen alone, a fuser only where LLVM is built).
+        Such an option's cells are a sliver of the grid and its marginals look bad (refused
+        almost everywhere), so a sampler that draws keys independently seldom measures it
+        where it runs. A neighbour its plan refuses is therefore taken where its refusal's
+        advice says it runs (`advised`: the advised key changed too), and these come first;
+        then one new value of each key in turn, keys with fewer values first."""
         known = self.first_of()
+        seen = set(known) | {self.space.key(center)}
+        moved: list[Params] = []
+        plain: list[list[Params]] = []
+        for d in sorted(self.space.dimensions, key=lambda d: len(d.values())):
+            mine: list[Params] = []
+            for v in d.values():
+                cell = {**center, d.name: v}
+                if self.space.key(cell) in seen:
+                    continue
+                seen.add(self.space.key(cell))
+                refused = self.refusal(self.space.command_line(cell))
+                if refused is None:
+                    mine.append(cell)
+                    continue
+                fixed = self.advised(cell, refused.reason, seen)
+                if fixed is not None and self.refusal(self.space.command_line(fixed)) is None:
+                    seen.add(self.space.key(fixed))
+                    moved.append(fixed)
+            plain.append(mine)
+        in_turn = [c for row in itertools.zip_longest(*plain) for c in row if c is not None]
+        return [*moved, *in_turn][:room]
+
+    def advised(self, params: Params, reason: str,
+                exclude: Collection[tuple[str, ...]] = ()) -> Optional[Params]:
+        """The first cell a refusal's advice names (its `key=value`s after " — "), with the
+        rest of the refused cell kept, if the space has it and it was not tried (nor is
+        in `exclude`)."""
+        _, _, advice = reason.partition(" — ")
+        known = set(self.first_of()) | set(exclude)
         for token in re.findall(r"[\w.]+=[\w.-]+", advice):
             for d in self.space.dimensions:
                 options = [v for v in d.values() if token in d.overrides(v)]
