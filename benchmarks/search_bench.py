@@ -314,8 +314,8 @@ def report(seeds: int = 20, path: Path = DATA, samplers=("gp", "tpe", "default",
             gaps = [x["gap"] for x in runs]
             row.append(f"{sum(g <= 0.03 for g in gaps)}/{seeds} · "
                        f"{100 * statistics.median(gaps):.1f}% · {100 * max(gaps):.0f}%")
-            console.print(f"{name} {sampler}: {time.perf_counter() - t0:.0f} s",
-                          highlight=False)
+            console.print(f"{name}, {sampler}: {row[-1]} "
+                          f"({time.perf_counter() - t0:.0f} s)", highlight=False)
         table.add_row(*row)
     console.print(table)
     for sampler, runs in used.items():
