@@ -366,6 +366,19 @@ def test_the_last_window_refines_around_the_best(conditional, tmp_path):
     assert len(sim.measured) == len(set(sim.measured)) == 8  # the baseline besides
 
 
+def test_neighbours_bring_values_never_measured_first_and_poor_ones_last(grid, tmp_path):
+    """After the screen (bfloat16, two threads and the profiling executor measured, each
+    from the baseline), the profiling cell's neighbours: the simple executor, never
+    measured, first; two threads, seen faster, next; bfloat16, seen slower, last."""
+    search, _ = searched(grid, tmp_path, budget=4, sampler="tpe")
+    center = next(dict(t.params) for t in search.first_of().values()
+                  if t.user_attrs["cell"].startswith("backend=jit backend.executor=profiling"))
+    assert [grid.label(c) for c in search.neighbours(center, grid.size)] == [
+        "backend=jit backend.executor=simple dtype=float32 bench.num_threads=1",
+        "backend=jit backend.executor=profiling dtype=float32 bench.num_threads=2",
+        "backend=jit backend.executor=profiling dtype=bfloat16 bench.num_threads=1"]
+
+
 def test_the_confirmation_announces_the_faster_not_the_less_noisy(grid, tmp_path):
     """In the fresh window the runner-up is faster but noisier: it is announced, and the
     head-to-head is turned to read winner against runner-up."""
