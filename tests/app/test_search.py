@@ -268,3 +268,153 @@ def test_compile_cost_is_a_third_objective_on_request(grid, tmp_path):
     assert [d.name for d in search.study.directions] == ["MAXIMIZE", "MINIMIZE", "MINIMIZE"]
     ok = study.feasible(search.study)
     assert ok and all(len(t.values) == 3 and t.user_attrs["compile_s"] == 0.1 for t in ok)
+
+
+# A conditional space: nn.LSTM runs under ATen alone (elsewhere refused, with advice), and is
+# fastest there — a cell whose marginals look poor (model=lstm is refused in 3 of 4 backends,
+# ATen is the slowest backend for the cell loop).
+CONDITIONAL = ["model=jit,lstm", "backend=jit,aten", "backend.executor=profiling,simple",
+               "dtype=float32,bfloat16", "bench.num_threads=1,2", "shape=small",
+               "device=cpu"]
+LSTM_REFUSED = ("backend=jit scripts cell-loop models; model=lstm is an nn module that "
+                "TorchScript would not change — use backend=aten or its cell loop model=jit")
+
+
+@pytest.fixture(scope="module")
+def conditional() -> space.Space:
+    return space.parse(CONDITIONAL)
+
+
+def conditional_recording(s: space.Space) -> replay.Recording:
+    level = {"model=jit": 1.0, "model=lstm": 0.4, "backend=aten": 2.0,
+             "backend.executor=profiling": 1.2, "dtype=bfloat16": 3.0,
+             "bench.num_threads=2": 20.0}
+    cells, bases = [], []
+    for i, params in enumerate(s.cells()):
+        own = s.overrides(params)
+        if "model=lstm" in own and "backend=jit" in own:
+            cells.append({"overrides": own, "status": UNSUPPORTED, "window": None,
+                          "reason": LSTM_REFUSED})
+            continue
+        ms = 1.0
+        for o in own:
+            ms *= level.get(o, 1.0)
+        if "model=lstm" in own:  # ATen runs nn.LSTM fused, not the cell loop
+            ms /= level["backend=aten"]
+        cells.append({"overrides": own, "status": OK, "window": len(bases),
+                      "rounds_ms": rounds(ms, i), "median_ms": ms, "peak_mb": 1.0})
+        bases.append({"rounds_ms": rounds(1.0, 99)})
+    return replay.Recording.of({"grid": CONDITIONAL, "cells": cells,
+                                "windows": [{"base": b} for b in bases]})
+
+
+def conditional_search(s, folder, **settings):
+    sim = replay.Replay(conditional_recording(s), s)
+    search = study.Search(s, folder, study.Settings(**{"budget": 6, "batch": 3,
+                                                       "sampler": "tpe", "seed": 0,
+                                                       **settings}),
+                          measure=sim.measure, refusal=sim.refusal)
+    return search, sim
+
+
+def test_neighbours_take_a_refused_option_where_its_advice_says_it_runs(conditional,
+                                                                        tmp_path):
+    search, _ = conditional_search(conditional, tmp_path)
+    base = conditional.baseline
+    near = search.neighbours(base, room=10)
+    labels = [conditional.label(c) for c in near]
+    # model=lstm under the baseline's backend is refused: it comes first, under ATen.
+    assert labels[0] == "model=lstm backend=aten dtype=float32 bench.num_threads=1"
+    # Then one new value of each key in turn, keys with fewer values first; every one of
+    # them one key from the baseline, none refused, none twice.
+    rest = near[1:]
+    assert [sum(c[k] != base[k] for k in base) for c in rest] == [1] * len(rest)
+    assert len({conditional.key(c) for c in near}) == len(near)
+    assert all(search.refusal(conditional.command_line(c)) is None for c in near)
+    assert len(rest) == 1 + 1 + 2  # dtype, threads, then backend's two others
+    assert search.neighbours(base, room=2) == near[:2]
+
+
+def test_the_first_window_screens_the_baseline_s_neighbours(conditional, tmp_path):
+    search, sim = conditional_search(conditional, tmp_path)
+    expect = [conditional.key(c) for c in search.neighbours(conditional.baseline, 3)]
+    search.run()
+    first = sim.measured[:3]  # the first window (batch 3), the baseline besides
+    assert first == expect
+    assert ("model=lstm", "backend=aten", "dtype=float32", "bench.num_threads=1") in first
+    assert study.ranked(search.study)[0].user_attrs["cell"] == (
+        "model=lstm backend=aten dtype=float32 bench.num_threads=1")
+    assert search.measured == 6
+
+
+def test_without_the_screen_the_first_window_is_the_sampler_s(conditional, tmp_path):
+    search, sim = conditional_search(conditional, tmp_path, screen=False, refine=False,
+                                     follow_advice=False, sampler="random")
+    search.run()
+    screened = [conditional.key(c) for c in
+                conditional_search(conditional, tmp_path / "other")[0].neighbours(
+                    conditional.baseline, 3)]
+    assert sim.measured[:3] != screened
+
+
+def test_the_last_window_refines_around_the_best(conditional, tmp_path):
+    search, sim = conditional_search(conditional, tmp_path, budget=9)
+    search.run()
+    last = [t for t in search.study.trials if "neighbour_of" in t.user_attrs]
+    assert last and all(t.user_attrs["neighbour_of"] == study.ranked(search.study)[0].number
+                        or "repeat_of" in t.user_attrs for t in last)
+    assert len(sim.measured) == len(set(sim.measured)) == 8  # the baseline besides
+
+
+def test_neighbours_bring_values_never_measured_first_and_poor_ones_last(grid, tmp_path):
+    """After the screen (bfloat16, two threads and the profiling executor measured, each
+    from the baseline), the profiling cell's neighbours: the simple executor, never
+    measured, first; two threads, seen faster, next; bfloat16, seen slower, last."""
+    search, _ = searched(grid, tmp_path, budget=4, sampler="tpe")
+    center = next(dict(t.params) for t in search.first_of().values()
+                  if t.user_attrs["cell"].startswith("backend=jit backend.executor=profiling"))
+    assert [grid.label(c) for c in search.neighbours(center, grid.size)] == [
+        "backend=jit backend.executor=simple dtype=float32 bench.num_threads=1",
+        "backend=jit backend.executor=profiling dtype=float32 bench.num_threads=2",
+        "backend=jit backend.executor=profiling dtype=bfloat16 bench.num_threads=1"]
+
+
+def test_the_confirmation_announces_the_faster_not_the_less_noisy(grid, tmp_path):
+    """In the fresh window the runner-up is faster but noisier: it is announced, and the
+    head-to-head is turned to read winner against runner-up."""
+    search, sim = searched(grid, tmp_path, budget=grid.size, sampler="tpe")
+    from rnnexp.analysis.significance import Difference
+    from rnnexp.app.search import flow
+
+    def fresh(cells, baseline, fixed, folder):
+        w = sim.measure(cells, baseline, fixed, folder)
+        w.cells[0].difference = Difference(1.5, 1.4, 1.6, 0.001, real=True)
+        w.cells[1].difference = Difference(1.7, 1.2, 2.4, 0.01, real=True)
+        return w
+
+    search.measure = fresh
+    out = flow.conclude(search)
+    first, second = out.confirmation.candidates
+    assert out.winner is second and out.runner_up is first
+    assert out.announced == {"cell": grid.label(second.params), "trial": second.trial,
+                             "speedup": 1.7, "low": 1.2, "high": 2.4, "confirmed": True}
+    summary = json.loads((tmp_path / flow.SUMMARY).read_text())
+    assert summary["announced"]["trial"] == second.trial and summary["tried"] == grid.size
+    h = out.confirmation.head_to_head
+    if h is not None:
+        assert out.versus.speedup == pytest.approx(1 / h.speedup)
+
+
+def test_redrawn_noise_makes_every_measurement_fresh(grid):
+    import random
+
+    rec = recording(grid)
+    key = grid.key({**grid.baseline, "dtype": "dtype=bfloat16"})
+    noisy = replay.Replay(rec, grid, noise=random.Random(1))
+    draws = [noisy._measured(list(key)).difference.speedup for _ in range(5)]
+    assert len(set(draws)) == 5  # each measurement draws again
+    assert all(0.5 * rec.speedup(key) < d < 2 * rec.speedup(key) for d in draws)
+    again = replay.Replay(rec, grid, noise=random.Random(1))
+    assert again._measured(list(key)).difference.speedup == draws[0]  # seeded
+    plain = replay.Replay(rec, grid)
+    assert plain._measured(list(key)).difference.speedup == rec.speedup(key)

@@ -13,22 +13,18 @@ trial a child run).
 
 from __future__ import annotations
 
-import json
 import math
-from datetime import datetime
 from pathlib import Path
 from typing import Optional, Sequence
 
 from rich.markup import escape
 from rich.table import Table
 
-from rnnexp.app.search import confirm, precheck, space, study, tracking, window
+from rnnexp.app.search import confirm, flow, study, tracking, window
 from rnnexp.config.schema import default_store_uri
 from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.results import exit_codes
 from rnnexp.results.report import console, err_console
-
-SUMMARY = "search.json"
 
 
 def parse_args(argv: Optional[Sequence[str]]):
@@ -75,49 +71,26 @@ def parse_args(argv: Optional[Sequence[str]]):
     return args
 
 
-def default_budget(size: int) -> int:
-    return min(size, max(8, math.ceil(size / 10)))
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    s = space.parse(args.overrides, args.baseline.split())
-    refused = precheck.refusal(s.command_line(s.baseline))
-    if refused is not None:
-        raise RnnexpError(f"the baseline {s.label(s.baseline)} cannot run here: "
-                          f"{refused.reason} — choose another with --baseline")
-    folder = args.folder or Path("outputs/searches") / datetime.now().strftime(
-        "%Y-%m-%d/%H-%M-%S")
-    settings = study.Settings(objectives=args.objectives,
-                              budget=args.budget or default_budget(s.size),
+    settings = study.Settings(objectives=args.objectives, budget=args.budget or 0,
                               batch=args.batch, sampler=args.sampler, seed=args.seed)
     tracker = None if args.no_mlflow else tracking.Tracker(args.tracking_uri, args.experiment)
-    search = study.Search(s, folder, settings, say=say,
-                          on_told=tracker.trial if tracker else None)
+    search = flow.prepare(args.overrides, args.baseline.split(), settings, args.folder,
+                          tracker, say)
+    s = search.space
     shape = " × ".join(str(len(d.values())) for d in s.dimensions)
     console.print(f"search: {s.size} cells ({shape}), budget {settings.budget}, windows of "
                   f"{settings.batch} + the baseline "
                   f"({escape(s.label(s.baseline))}); sampler {settings.sampler}; "
-                  f"objectives {', '.join(settings.objectives)}; folder {folder}",
+                  f"objectives {', '.join(settings.objectives)}; folder {search.folder}",
                   highlight=False)
-    if tracker:
-        tracker.start(s, folder, {"budget": str(settings.budget), "batch": str(settings.batch),
-                                  "sampler": settings.sampler,
-                                  "objectives": ",".join(settings.objectives)})
-    try:
+    with flow.tracked(search, tracker):
         search.run()
         console.print(trials_table(search))
         if len(settings.objectives) > 1:
             console.print(pareto_table(search))
-        code = announce(search, args.no_confirm, tracker)
-    except BaseException as err:
-        if tracker:
-            tracker.end("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED",
-                        {"reason": str(err) or type(err).__name__})
-        raise
-    if tracker:
-        tracker.end("FINISHED", json.loads((folder / SUMMARY).read_text()).get("announced", {}))
-    return code
+        return announce(search, flow.conclude(search, not args.no_confirm, tracker, say))
 
 
 def say(text: str) -> None:
@@ -163,60 +136,33 @@ def pareto_table(search: study.Search) -> Table:
     return t
 
 
-def announce(search: study.Search, no_confirm: bool, tracker) -> int:
-    """The fastest two re-measured against the baseline, and the winner said."""
-    ranked = study.ranked(search.study)
-    summary: dict = {"tried": search.tried, "measured": search.measured,
-                     "cells": search.space.size,
-                     "trials": [{"number": t.number, **t.user_attrs, "values": t.values}
-                                for t in search.first_of().values()]}
-    if not ranked:
-        (search.folder / SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
+def announce(search: study.Search, out: flow.Outcome) -> int:
+    """The outcome said: the confirmed winner with its interval and its difference from the
+    runner-up, or why there is none."""
+    if not out.ranked:
         err_console.print("no cell of the space ran here: see the reasons above", style="red")
         return exit_codes.JOB_FAILED
-    picks = [(t.number, dict(t.params)) for t in ranked[:2]]
-    if no_confirm:
-        best = ranked[0]
-        summary["announced"] = {"cell": best.user_attrs["cell"], "trial": best.number,
-                                "speedup": best.user_attrs["speedup"], "confirmed": False}
-        console.print(f"fastest found (not confirmed): {escape(best.user_attrs['cell'])} — "
-                      f"{best.user_attrs['speedup']:.3f}× the baseline", highlight=False)
-        (search.folder / SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
+    if out.confirmation is None:
+        a = out.announced
+        console.print(f"fastest found (not confirmed): {escape(a['cell'])} — "
+                      f"{a['speedup']:.3f}× the baseline", highlight=False)
         return exit_codes.OK
-    say(f"confirming: {' and '.join(search.space.label(p) for _, p in picks)} against the "
-        "baseline in a fresh interleaved window")
-    c = confirm.confirm(search.space, picks, search.folder, search.measure)
-    if tracker:
-        for i, cand in enumerate(c.candidates):
-            tracker.confirmed(cand.trial, cand.measured, "confirm winner" if i == 0 else
-                              "confirm runner-up")
-    console.print(confirmation_table(search, c))
-    won = c.winner
+    console.print(confirmation_table(search, out.confirmation))
+    won = out.winner
     if won is None:
         err_console.print("the confirmation window timed neither candidate: see "
-                          f"{c.folder}", style="red")
-        summary["announced"] = {"confirmed": False, "reason": "confirmation failed"}
-        (search.folder / SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
+                          f"{out.confirmation.folder}", style="red")
         return exit_codes.JOB_FAILED
     d = won.difference
     assert d is not None
     text = (f"fastest: {search.space.label(won.params)} — {d.speedup:.3f}× the baseline "
             f"(95% interval {_x(d.low)}–{_x(d.high)}, confirmed in a fresh window)")
-    if c.head_to_head is not None:
-        h = c.head_to_head
-        versus = c.candidates[1] if won is c.candidates[0] else c.candidates[0]
-        if won is not c.candidates[0]:
-            h_speed, h_low, h_high = 1 / h.speedup, 1 / h.high, 1 / h.low
-        else:
-            h_speed, h_low, h_high = h.speedup, h.low, h.high
-        text += (f"; against the runner-up {search.space.label(versus.params)}: "
-                 f"{h_speed:.3f}× ({_x(h_low)}–{_x(h_high)})"
+    h, other = out.versus, out.runner_up
+    if h is not None and other is not None:
+        text += (f"; against the runner-up {search.space.label(other.params)}: "
+                 f"{h.speedup:.3f}× ({_x(h.low)}–{_x(h.high)})"
                  + ("" if h.real else " — not a real difference here"))
     console.print(text, highlight=False, markup=False, soft_wrap=True)
-    summary["announced"] = {"cell": search.space.label(won.params), "trial": won.trial,
-                            "speedup": d.speedup, "low": d.low, "high": d.high,
-                            "confirmed": True}
-    (search.folder / SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
     return exit_codes.OK
 
 

@@ -9,12 +9,20 @@ rnnexp.app.search.window.measure: a window asked for returns each cell's recorde
 paired with the baseline of the window it was recorded in (rnnexp.analysis.significance, as
 measured); `Replay.refusal` stands in for the plan's check. The search above them is the one
 that runs on real windows.
+
+Replayed as recorded, a cell measured twice (the confirmation) repeats its numbers. Given a
+random generator, every measurement draws its noise again from the recorded per-process
+values (`redrawn`): a new level for each process, around the processes' mean with the
+spread between them, and the rounds resampled — so a confirmation is a fresh window.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
+import random
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -84,19 +92,51 @@ def _result(record: dict[str, Any]) -> Result:
                   if first is not None else None)
 
 
-class Replay:
-    """The measurement of a recorded space, replayed; `windows` counts what was asked."""
+Rounds = list[list[Optional[float]]]
 
-    def __init__(self, recording: Recording, space: Space):
-        self.recording, self.space = recording, space
+
+def redrawn(base: Rounds, cell: Rounds, rng: random.Random) -> tuple[Rounds, Rounds]:
+    """A cell's and its baseline's rounds measured again, as a simulation: each process of
+    each side gets a new level (log-normal around its side's mean process level, with the
+    spread between its processes), its rounds keep their shape around it, and rounds are
+    resampled with replacement — the same rounds on both sides, which stay paired."""
+    width = max(len(r) for r in (*base, *cell))
+    picks = [rng.randrange(width) for _ in range(width)]
+
+    def side(rows: Rounds) -> Rounds:
+        logs = [[math.log(v) if v else None for v in row] for row in rows]
+        levels = [statistics.fmean(x for x in row if x is not None) for row in logs]
+        centre = statistics.fmean(levels)
+        spread = statistics.stdev(levels) if len(levels) > 1 else 0.0
+        out = []
+        for row, level in zip(logs, levels, strict=True):
+            new = rng.gauss(centre, spread)
+            out.append([math.exp(row[i] - level + new) if i < len(row) and row[i] is not None
+                        else None for i in picks])
+        return out
+
+    return side(base), side(cell)
+
+
+class Replay:
+    """The measurement of a recorded space, replayed; `windows` counts what was asked.
+    `noise`: measurements draw their noise again (`redrawn`) from this generator."""
+
+    def __init__(self, recording: Recording, space: Space,
+                 noise: Optional[random.Random] = None):
+        self.recording, self.space, self.noise = recording, space, noise
         self.windows = 0
         self.measured: list[tuple[str, ...]] = []
 
     def _measured(self, overrides: Sequence[str]) -> window.Measured:
         key = tuple(overrides)
         record = self.recording.cells[key]
-        return window.Measured(list(overrides), _result(record),
-                               self.recording.difference(key))
+        difference = self.recording.difference(key)
+        if self.noise is not None and difference is not None:
+            base, cell = redrawn(self.recording.bases[record["window"]]["rounds_ms"],
+                                 record["rounds_ms"], self.noise)
+            difference = significance.paired(base, cell)
+        return window.Measured(list(overrides), _result(record), difference)
 
     def measure(self, cells: Sequence[Sequence[str]], baseline: Sequence[str],
                 fixed: Sequence[str], folder: Path) -> window.Window:

@@ -15,13 +15,15 @@ is told what each cost — or which constraint it failed — until the budget of
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -46,6 +48,8 @@ CONSTRAINT = "ran_and_verified"  # > 0: refused, failed verification, crashed, o
 # Proposals of cells already tried, in a row, before the loop draws an untried cell itself
 # (the sampler has nothing new to say; each proposal costs a model fit).
 MAX_REPEATS = 3
+# The last window takes the neighbours of this many of the best cells.
+CENTERS = 3
 
 
 @dataclass
@@ -59,8 +63,12 @@ class Settings:
     # A refusal names what would run instead ("— use backend=aten or its cell loop
     # model=jit"): the first such cell of the space is proposed next.
     follow_advice: bool = True
-    # The last window measures the best cell's untried neighbours (one key changed, keys
-    # with fewer values first): a model fitted to a dozen cells misses what one step finds.
+    # The first window screens the baseline's neighbours (`Search.neighbours`): every key's
+    # effect seen from a cell known to run, and every option that runs in few cells
+    # measured where it runs, before a model guides the sampler.
+    screen: bool = True
+    # The last window measures the best cell's neighbours: a model fitted to a dozen cells
+    # misses what one step finds.
     refine: bool = True
 
 
@@ -215,6 +223,10 @@ class Search:
         self.windows = len(list(self.folder.glob("w[0-9]*")))
         if not self.study.trials:  # the baseline is the first cell: it is measured anyway
             self.study.enqueue_trial(self.space.baseline)
+            if self.settings.screen:
+                room = min(self.settings.batch, self.settings.budget - 1)
+                for cell in self.neighbours(self.space.baseline, room):
+                    self.study.enqueue_trial(cell, user_attrs={"screens": "baseline"})
         while self.measured < self.settings.budget:
             room = self.settings.budget - self.measured
             if self.settings.refine and room <= self.settings.batch:
@@ -291,26 +303,61 @@ class Search:
             self.on_told(frozen, m if refused.result else None, refused)
 
     def _enqueue_neighbours(self, room: int) -> None:
-        """Up to `room` untried cells one key away from the best so far, that their plan
-        does not refuse."""
-        best = ranked(self.study)
-        if not best:
-            return
-        known, found = self.first_of(), 0
-        for d in sorted(self.space.dimensions, key=lambda d: len(d.values())):
-            for v in d.values():
-                cell = {**best[0].params, d.name: v}
-                if found >= room or self.space.key(cell) in known:
-                    continue
-                if self.refusal(self.space.command_line(cell)) is None:
-                    self.study.enqueue_trial(cell, user_attrs={"neighbour_of": best[0].number})
-                    found += 1
+        """The last window: the neighbours of the best cells so far (the best's first where
+        nothing tells them apart), the most promising first: the best may be two steps from
+        the fastest cell, and one of the runners-up one step."""
+        best = ranked(self.study)[:CENTERS]
+        cells: dict[tuple[str, ...], tuple[Params, int]] = {}
+        for t in best:
+            for cell in self.neighbours(dict(t.params), room + len(self.space.dimensions)):
+                cells.setdefault(self.space.key(cell), (cell, t.number))
+        order = promise(self.first_of().values())
+        for cell, of in sorted(cells.values(), key=lambda c: order(c[0]))[:room]:
+            self.study.enqueue_trial(cell, user_attrs={"neighbour_of": of})
 
-    def advised(self, params: Params, reason: str) -> Optional[Params]:
-        """The first cell a refusal's advice names (its `key=value`s after " — "), with the
-        rest of the refused cell kept, if the space has it and it was not tried."""
-        _, _, advice = reason.partition(" — ")
+    def neighbours(self, center: Params, room: int) -> list[Params]:
+        """Up to `room` untried cells one key away from `center`, that their plan accepts.
+
+        Spaces of models, backends and settings are conditional: an option may run under
+        few of the others (an nn module under ATen alone, a fuser only where LLVM is built).
+        Such an option's cells are a sliver of the grid and its marginals look bad (refused
+        almost everywhere), so a sampler that draws keys independently seldom measures it
+        where it runs. A neighbour its plan refuses is therefore taken where its refusal's
+        advice says it runs (`advised`: the advised key changed too), and these come first;
+        then one new value of each key in turn, keys with fewer values first. Last, what is
+        known of their values orders them (`promise`, a stable sort): a cell with a value
+        never measured comes first, then the others by what the cells measured so far
+        predict of them, so that a value already seen poor is tried last."""
         known = self.first_of()
+        seen = set(known) | {self.space.key(center)}
+        moved: list[Params] = []
+        plain: list[list[Params]] = []
+        for d in sorted(self.space.dimensions, key=lambda d: len(d.values())):
+            mine: list[Params] = []
+            for v in d.values():
+                cell = {**center, d.name: v}
+                if self.space.key(cell) in seen:
+                    continue
+                seen.add(self.space.key(cell))
+                refused = self.refusal(self.space.command_line(cell))
+                if refused is None:
+                    mine.append(cell)
+                    continue
+                fixed = self.advised(cell, refused.reason, seen)
+                if fixed is not None and self.refusal(self.space.command_line(fixed)) is None:
+                    seen.add(self.space.key(fixed))
+                    moved.append(fixed)
+            plain.append(mine)
+        in_turn = [c for row in itertools.zip_longest(*plain) for c in row if c is not None]
+        return sorted([*moved, *in_turn], key=promise(known.values()))[:room]
+
+    def advised(self, params: Params, reason: str,
+                exclude: Collection[tuple[str, ...]] = ()) -> Optional[Params]:
+        """The first cell a refusal's advice names (its `key=value`s after " — "), with the
+        rest of the refused cell kept, if the space has it and it was not tried (nor is
+        in `exclude`)."""
+        _, _, advice = reason.partition(" — ")
+        known = set(self.first_of()) | set(exclude)
         for token in re.findall(r"[\w.]+=[\w.-]+", advice):
             for d in self.space.dimensions:
                 options = [v for v in d.values() if token in d.overrides(v)]
@@ -383,12 +430,44 @@ def feasible(study: optuna.Study) -> list[FrozenTrial]:
             if "repeat_of" not in t.user_attrs and constraints(t)[0] <= 0]
 
 
+def bound(t: FrozenTrial) -> float:
+    """A measured cell's speedup, by the conservative end of its interval where it has one."""
+    low = t.user_attrs.get("low")
+    return low if window.finite(low) else t.user_attrs.get("speedup", -math.inf)
+
+
+def promise(trials: Collection[FrozenTrial]) -> Callable[[Params], tuple[int, float]]:
+    """What the measured cells say of an untried cell, as a sort key (lower: try first).
+
+    A cell with a value never measured comes first (nothing is known of it); the others by
+    the log speedup (lower bound) that a main-effects model predicts for them — each value
+    of each key adding its own effect, fitted by least squares to the feasible measured
+    cells (`numpy.linalg.lstsq`; effects it cannot tell apart are shared, the minimum-norm
+    solution). It is the classic follow-up to a one-factor-at-a-time screen, and it sees a
+    value that was poor wherever it was measured as poor anywhere else."""
+    measured = [t for t in trials if t.user_attrs.get("measured")]  # refusals: not speed
+    seen = {(k, v) for t in measured for k, v in t.params.items()}
+    fit = [t for t in measured if constraints(t)[0] <= 0 and bound(t) > 0]
+    columns = sorted({(k, v) for t in fit for k, v in t.params.items()}, key=str)
+    at = {c: i for i, c in enumerate(columns)}
+    effect = np.zeros(len(columns))
+    if fit:
+        x = np.zeros((len(fit), len(columns)))
+        for row, t in enumerate(fit):
+            for c in t.params.items():
+                x[row, at[c]] = 1.0
+        y = np.log([bound(t) for t in fit])
+        effect = np.linalg.lstsq(x, y, rcond=None)[0]
+
+    def key(cell: Params) -> tuple[int, float]:
+        if any(c not in seen for c in cell.items()):
+            return (0, 0.0)
+        return (1, -sum(effect[at[c]] for c in cell.items() if c in at))
+    return key
+
+
 def ranked(study: optuna.Study) -> list[FrozenTrial]:
     """Feasible cells, fastest first by the conservative end of their interval."""
-    def bound(t: FrozenTrial) -> float:
-        low = t.user_attrs.get("low")
-        return low if window.finite(low) else t.user_attrs.get("speedup", -math.inf)
-
     return sorted(feasible(study), key=lambda t: (-bound(t), t.number))
 
 
