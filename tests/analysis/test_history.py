@@ -206,7 +206,7 @@ def test_a_selection_that_matches_nothing_is_one_line(store_uri, capsys):
     assert "--alpha 2" in capsys.readouterr().err
     for args, says in ((["--fail-on-change", "-5"], "--fail-on-change -5: a size in percent"),
                        (["--latest", "0"], "--latest 0: at least 1"),
-                       (["--report", "page.png"], "--report page.png: an .html file"),
+                       (["--report", "page.png"], "--report page.png: the page is an HTML file"),
                        (["--metric", "cycles"], "--metric: invalid choice: 'cycles'")):
         assert run_command("history", [*args, "--tracking-uri", uri]) == 2
         err = capsys.readouterr().err.strip().splitlines()

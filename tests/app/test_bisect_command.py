@@ -65,7 +65,7 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
         (["--pythons", py, py, "--", "bench.metric=instructions"], "with --metric"),
         (["--pythons", py, py, "--metric", "cycles", "--", "model=lstm"],
          "--metric: invalid choice: 'cycles'"),
-        (["--pythons", py, py, "--report", "b.png", "--", "model=lstm"], "an .html file"),
+        (["--pythons", py, py, "--report", "b.png", "--", "model=lstm"], "name it b.html"),
     ]
     for argv, says in cases:
         assert run_command("bisect", argv) == 2, argv

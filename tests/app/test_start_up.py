@@ -42,6 +42,8 @@ def run(*args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     (["compare", "--baseline"], 2, "error: argument --baseline: expected one argument"),
     (["compare", "--min-effect", "200"], 2, "error: --min-effect 200: a percentage"),
     (["report", "--bogus"], 2, "error: unrecognized arguments: --bogus"),
+    (["report", "-o", "page.png"], 2, "error: -o page.png: the page is an HTML file — name it "
+                                      "page.html"),
     (["matrix", "--models", "nope"], 2, "error: --models: no such option nope"),
 ])
 def test_help_and_argument_errors_import_no_heavy_package(args, code, says):

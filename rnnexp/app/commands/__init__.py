@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 # command → the module whose `main(argv)` it runs: one a command, each a thin adapter over
@@ -23,6 +24,16 @@ COMMANDS = {
     for name in ("compare", "report", "matrix", "sync", "roofline", "history", "bisect",
                  "search")
 }
+
+
+def check_page_path(option: str, path: Optional[Path]) -> None:
+    """A page a command writes (`report -o`, `history`/`bisect --report`): an .html file, or
+    a one-line error naming the option and the name that would work."""
+    from rnnexp.errors import RnnexpError
+
+    if path is not None and path.suffix.lower() not in (".html", ".htm"):
+        raise RnnexpError(f"{option} {path}: the page is an HTML file — name it "
+                          f"{path.with_suffix('.html')}")
 
 
 def guarded(main: Callable[[Sequence[str]], Optional[int]], argv: Sequence[str],

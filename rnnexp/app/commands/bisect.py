@@ -30,6 +30,7 @@ from rnnexp.analysis import bisect_probe, history, history_page
 from rnnexp.analysis.bisect import CONFIDENCE, Bisection, Probe
 from rnnexp.analysis.report import render
 from rnnexp.app import environments
+from rnnexp.app.commands import check_page_path
 from rnnexp.app.environments import Environment
 from rnnexp.errors import OneLineParser, RnnexpError
 from rnnexp.results.report import console
@@ -78,8 +79,7 @@ def parse_args(argv: Sequence[str]):
                           "e.g. 0.95")
     if args.max_probes < 1:
         raise RnnexpError(f"--max-probes {args.max_probes}: at least 1")
-    if args.report is not None and args.report.suffix.lower() not in (".html", ".htm"):
-        raise RnnexpError(f"--report {args.report}: an .html file, e.g. bisect.html")
+    check_page_path("--report", args.report)
     if not overrides:
         raise RnnexpError("no measurement named — add it after --, e.g. "
                           "-- model=lstm backend=aten shape=small")

@@ -24,6 +24,7 @@ from rich.table import Table
 from rnnexp.analysis import history, history_chart, history_page, store_runs
 from rnnexp.analysis.compare_select import from_the_store
 from rnnexp.analysis.report import render
+from rnnexp.app.commands import check_page_path
 from rnnexp.config.credentials import redact
 from rnnexp.config.schema import default_store_uri
 from rnnexp.errors import OneLineParser, RnnexpError
@@ -74,8 +75,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
                           "above 0, e.g. 5")
     if args.latest < 1:
         raise RnnexpError(f"--latest {args.latest}: at least 1 run, e.g. 5")
-    if args.report is not None and args.report.suffix.lower() not in (".html", ".htm"):
-        raise RnnexpError(f"--report {args.report}: an .html file, e.g. history.html")
+    check_page_path("--report", args.report)
     args.choices = store_runs.parse(args.choices)
     return args
 

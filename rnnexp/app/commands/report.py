@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from rnnexp.analysis import compare, compare_render, compare_select
+from rnnexp.app.commands import check_page_path
 from rnnexp.app.commands.compare import (
     add_judging_options,
     add_store_options,
@@ -45,9 +46,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.sweep = args.sweeps[0] if args.sweeps else None  # compare's name for the first
     check_judging(args, "the sweeps")
-    if args.output is not None and args.output.suffix.lower() not in (".html", ".htm"):
-        raise RnnexpError(f"-o {args.output}: the report is an HTML file — name it "
-                          f"{args.output.with_suffix('.html')}")
+    check_page_path("-o", args.output)
     return args
 
 
