@@ -270,9 +270,14 @@ class Watch:
 
     def __init__(self) -> None:
         self.pids = _our_processes()
-        self.rounds: list[tuple[float, float]] = []  # (other cores, others runnable)
+        # (other cores, others runnable, resolved): a round is judged over the span from the
+        # newest earlier read at least MIN_LOOK_S before its end — over a few milliseconds
+        # one 10 ms tick of /proc/stat reads as whole cores — and a round no such read
+        # precedes (the first ones of a short measurement) is never counted busy.
+        self.rounds: list[tuple[float, float, bool]] = []
         self._last = self._read()
         self._first = self._last
+        self._reads = [self._last]  # the reads a later round's span may start at
 
     def refresh(self) -> None:
         """This job's processes again (a worker was added)."""
@@ -303,12 +308,22 @@ class Watch:
     def tick(self) -> None:
         """After a round."""
         now = self._read()
-        _, cores = self._others(self._last, now)
+        spans = [r for r in self._reads if now[0] - r[0] >= MIN_LOOK_S]
+        start = spans[-1] if spans else self._first
+        _, cores = self._others(start, now)
         self._last = now
-        self.rounds.append((cores, others_runnable(self.pids)))
+        # Older reads than the newest one a span can start at are never needed again.
+        self._reads = self._reads[len(spans) - 1:] + [now] if spans else self._reads + [now]
+        self.rounds.append((cores, others_runnable(self.pids), bool(spans)))
 
     def look(self, top: Optional[Look] = None) -> Look:
-        """Over every round since the start; the busiest processes' names from `top`."""
+        """Over every round since the start; the busiest processes' names from `top`. Rounds
+        that lasted less than MIN_LOOK_S in all are judged over that long: this waits for
+        the rest (after the last sample)."""
+        rest = MIN_LOOK_S - (self._last[0] - self._first[0])
+        if rest > 0:
+            time.sleep(rest)
+            self._last = self._read()
         _, cores = self._others(self._first, self._last)
         try:
             load = tuple(round(x, 2) for x in os.getloadavg())
@@ -317,9 +332,10 @@ class Watch:
         limit = busy_cores(usable_cores())
         return Look(load_avg=load, other_cores=round(cores, 2),
                     top=list(top.top) if top else [], rounds=len(self.rounds),
-                    busy_rounds=sum(c >= limit for c, _ in self.rounds),
-                    peak_cores=round(max((c for c, _ in self.rounds), default=0.0), 2),
-                    run_queue=round(sum(q for _, q in self.rounds) / len(self.rounds), 2)
+                    busy_rounds=sum(seen and c >= limit for c, _, seen in self.rounds),
+                    peak_cores=round(max((c for c, _, seen in self.rounds if seen),
+                                         default=0.0), 2),
+                    run_queue=round(sum(q for _, q, _ in self.rounds) / len(self.rounds), 2)
                     if self.rounds else 0.0)
 
 

@@ -4,6 +4,7 @@ Nothing here asserts a timing."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -205,3 +206,44 @@ def test_nvml_is_read_while_the_timed_rounds_run(nvml):
     env = Environment(cores=8, torch_threads=1, gpu=state)
     environment.assess(env, {}, GPU0)
     assert environment.GPU_THROTTLED in env.flags
+
+
+class ScriptedWatch(environment.Watch):
+    """A watch reading scripted machine counters: (seconds since start, CPU seconds the whole
+    machine spent, CPU seconds this job spent)."""
+
+    def __init__(self, reads):
+        self._script = iter(reads)
+        super().__init__()
+
+    def _read(self):
+        at, machine, ours = next(self._script)
+        return at, machine, {os.getpid(): ours}
+
+
+def test_rounds_of_a_few_milliseconds_are_judged_over_a_tenth_of_a_second():
+    """One 10 ms tick of others' CPU time inside a 5 ms round reads as two cores; judged over
+    the 0.1 s ending at each round it is a tenth of one, and rounds no read 0.1 s earlier
+    precedes are never busy."""
+    reads = [(0.0, 0.0, 0.0)] + [(0.005 * i, 0.005 * i + (0.01 if i >= 2 else 0.0), 0.005 * i)
+                                 for i in range(1, 61)]
+    watch = ScriptedWatch(reads)
+    for _ in range(60):
+        watch.tick()
+    seen = watch.look()
+    assert seen.rounds == 60 and seen.busy_rounds == 0 and seen.peak_cores < 0.5
+    # (the run queue read is the real machine's: left out of the decision here)
+    assert not environment.busy_reason(dataclasses.replace(seen, run_queue=0.0), 2)
+
+
+def test_contention_through_short_rounds_is_still_counted_round_by_round():
+    """Another process using a whole core from 0.1 s on, through rounds of 5 ms: every round
+    whose tenth of a second it fills counts busy."""
+    reads = [(0.0, 0.0, 0.0)] + [(0.005 * i, 0.005 * i + max(0.0, 0.005 * i - 0.1),
+                                  0.005 * i) for i in range(1, 121)]
+    watch = ScriptedWatch(reads)
+    for _ in range(120):
+        watch.tick()
+    seen = watch.look()
+    assert seen.rounds == 120 and seen.busy_rounds >= 60 and seen.peak_cores > 0.9
+    assert environment.busy_reason(dataclasses.replace(seen, run_queue=0.0), 2)

@@ -264,6 +264,7 @@ def test_contention_that_starts_during_the_rounds_is_seen_round_by_round():
     here flags it too: what is asserted is that the rounds were watched, each of them.)"""
     import subprocess
     import sys
+    import time
 
     from rnnexp.machine import environment
 
@@ -278,6 +279,7 @@ def test_contention_that_starts_during_the_rounds_is_seen_round_by_round():
                 if self.rounds_answered == 3 and not hogs:
                     hogs.extend(subprocess.Popen([sys.executable, "-c", "while True: pass"])
                                 for _ in range(2))
+                time.sleep(0.03)  # a round lasts as a real one would, not microseconds
                 return answer()
 
             host.answer = answer_and_start_hogs
