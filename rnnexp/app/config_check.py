@@ -353,6 +353,9 @@ LAUNCHER_MINUTES = ("timeout_min",)
 LAUNCHER_COUNTS = ("windows_per_task", "array_parallelism")
 
 
+RESULTS_FILE = "rnnexp.results.sinks.results_file.ResultsFile"
+
+
 def check_run(cfg: DictConfig, multirun: bool) -> None:
     """What a single config cannot say about itself: fields that only mean something in a
     sweep, a run that would record nothing, Hydra folders and launcher limits."""
@@ -362,6 +365,12 @@ def check_run(cfg: DictConfig, multirun: bool) -> None:
     if not OmegaConf.select(cfg, "sinks"):
         raise ConfigError("sinks", "is empty: the measurement would be recorded nowhere",
                           "e.g. sinks=[json,console]")
+    if multirun and not any(str((s or {}).get("_target_", "")) == RESULTS_FILE
+                            for s in OmegaConf.to_container(cfg.sinks).values()):
+        # The sweep's summary, its report and `compare` read each job's results.json.
+        raise ConfigError("sinks", "has no json: a sweep's jobs would leave no results.json "
+                          "for its summary, report and compare",
+                          "add json, e.g. sinks=[json,console]")
     # Unresolved: ${hydra.job.num} is only known in the job.
     subdir = OmegaConf.to_container(cfg.hydra.sweep).get("subdir") if multirun else None
     if subdir is not None:

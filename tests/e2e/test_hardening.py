@@ -141,6 +141,8 @@ BAD_INPUTS = [
     (["sinks.mlflow.experiment=" + "x" * 1000],
      "sinks.mlflow.experiment: is 1000 characters long; MLflow takes at most 500"),
     (["shape.hidden_size=" + "9" * 400], "shape.hidden_size: must be ≤ 2⁶³−1"),
+    # A sweep without results.json: its summary, report and compare would have nothing.
+    (["-m", "seed=1,2", "sinks=[console]"], "sinks: has no json"),
 ]
 
 # Run as real processes too: one of each kind of check.
