@@ -162,11 +162,13 @@ def test_repeated_proposals_are_answered_from_the_first_measurement(grid, tmp_pa
 
 
 def test_a_stored_study_goes_on_where_it_stopped(grid, tmp_path):
+    """What is stored, not how the next cell is chosen: TPE (the Gaussian process fits a
+    model for each proposal, seconds each)."""
     sim = replay.Replay(recording(grid), grid)
-    first, _ = searched(grid, tmp_path, budget=5, sim=sim)
+    first, _ = searched(grid, tmp_path, budget=5, sampler="tpe", sim=sim)
     assert (tmp_path / study.DB).is_file() and first.measured == 5
     before, asked = list(sim.measured), len(first.study.trials)
-    again, _ = searched(grid, tmp_path, budget=9, sim=sim)
+    again, _ = searched(grid, tmp_path, budget=9, sampler="tpe", sim=sim)
     assert again.measured == 9
     assert len(sim.measured) == len(set(sim.measured))  # nothing of the first measured again
     assert sim.measured[:len(before)] == before
