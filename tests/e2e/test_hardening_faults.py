@@ -249,36 +249,6 @@ def test_a_hidden_uri_shows_no_secret_and_connects_with_it(uri, secret, monkeypa
         assert os.environ[credentials.PASSWORD_ENV] == "p@ss/w0rd"
 
 
-def test_password_in_a_config_file_uri_is_written_nowhere(tmp_path, mlflow_server):
-    """A URI from a YAML on hydra.searchpath, its password holding '@' and '/': the run is
-    recorded on the real server, and the password is in no file, log line or param."""
-    secret = "p@ss/w0rd"
-    host = mlflow_server.split("//", 1)[1]
-    extra = tmp_path / "configs" / "experiment"
-    extra.mkdir(parents=True)
-    (extra / "store.yaml").write_text(
-        f"# @package _global_\nsinks:\n  mlflow:\n    uri: http://alice:{secret}@{host}\n")
-    (extra / "down.yaml").write_text(  # a token in the query, to a store that is down
-        "# @package _global_\nsinks:\n  mlflow:\n    uri: http://127.0.0.1:9/?token=T0KEN\n")
-    searchpath = f"hydra.searchpath=[file://{tmp_path}/configs]"
-    code, out, err = run(*TINY, searchpath, "+experiment=store",
-                         f"hydra.run.dir={tmp_path}/run", tmp=tmp_path)
-    assert code == 0, err
-    code, out2, err2 = run(*TINY, searchpath, "+experiment=down",
-                           f"hydra.run.dir={tmp_path}/down", tmp=tmp_path)
-    assert code == 0, err2
-    assert "not reachable" in err2 and "T0KEN" not in err2
-    (recorded,) = runs_in(mlflow_server)
-    assert not [v for v in recorded.data.params.values() if "w0rd" in v]
-    assert load_results(tmp_path / "run")["config"]["sinks"]["mlflow"]["uri"] == \
-        f"http://***@{host}"
-    assert "w0rd" not in out + err + out2 + err2
-    files = [p for p in tmp_path.rglob("*") if p.is_file() and "configs" not in p.parts]
-    assert any(p.name == "config.yaml" for p in files) and any(p.suffix == ".db" for p in files)
-    leaked = [str(p) for p in files if b"w0rd" in p.read_bytes() or b"T0KEN" in p.read_bytes()]
-    assert leaked == []
-
-
 def test_a_credential_in_any_jobs_config_file_is_written_nowhere(tmp_path, migrated_store):
     """A sweep whose second job picks a YAML holding a token: hidden in that job too, not
     only in what the first job's (the sweep's base) composition holds."""
