@@ -124,6 +124,9 @@ def free_port() -> int:
 
 
 SERVER_START_S = 300
+# MLflow's server starts a job runner and seven huey consumers by default (its jobs: GenAI
+# evaluation, trace roll-ups), ~25 CPU-s a start; rnnexp records runs only.
+SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 @contextlib.contextmanager
@@ -132,7 +135,7 @@ def serving_mlflow(folder: Path, admin_password: str | None = None) -> Iterator[
     `make server`; with `admin_password`, behind MLflow's own basic authentication
     (`--app-name basic-auth`: user `admin`, every request without it answered 401)."""
     port = free_port()
-    auth, env = [], dict(os.environ)
+    auth, env = [], {**os.environ, **SERVER_ENV}
     if admin_password is not None:
         auth = ["--app-name", "basic-auth"]
         # A password check costs a PBKDF2 hash: cached, the server answers a test's many

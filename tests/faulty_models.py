@@ -56,6 +56,36 @@ def _called_from(caller: tuple[str, str]) -> bool:
     return False
 
 
+def pausing(spec: WorkloadSpec, **options) -> Workload:
+    """nn.LSTM whose first timed call writes `timing <pid>` to the file STALLED_ENV names and
+    waits until `<that file>.go` exists (at most 10 minutes), then runs on: a test acts on the
+    run while it is being timed, at a moment it knows, and the run finishes."""
+    workload = native.lstm(spec)
+    forward, paused = workload.forward, []
+
+    def pauses(*args):
+        if not paused and _called_from(PHASE_CALLERS["timing"]):
+            paused.append(True)
+            _pause("timing")
+        return forward(*args)
+
+    workload.forward = pauses
+    return workload
+
+
+def _pause(phase: str) -> None:
+    import os
+    import time
+    from pathlib import Path
+
+    said = Path(os.environ[STALLED_ENV])
+    with open(said, "a") as f:
+        f.write(f"{phase} {os.getpid()}\n")
+    go, deadline = said.with_name(said.name + ".go"), time.monotonic() + 600
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def stalling(spec: WorkloadSpec, phase: str = "build", **options) -> Workload:
     """nn.LSTM that stops for good in `phase` — build (in this factory), verify or timing (its
     forward, called from there) — after writing `<phase> <pid>` to the file STALLED_ENV

@@ -3,8 +3,9 @@ line.
 
 Three moments, each at a public extension point of Hydra (docs/architecture.md):
 - `gate`, before Hydra starts (rnnexp.app.cli): the command line's grammar and `_target_`s, the
-  run/sweep folder, and the `_target_`s of the config Hydra is about to compose — its own
-  node's callbacks, launcher and sweeper are built by Hydra before any plugin of rnnexp runs.
+  run/sweep folder, a single run's values (before the `_target_` check imports torch), and
+  the `_target_`s of the config Hydra is about to compose — its own node's callbacks,
+  launcher and sweeper are built by Hydra before any plugin of rnnexp runs.
 - `check_composed`, on each job Hydra composed: for a single run from the `RunCheck`
   callback (rnnexp.app.callback) before the run folder exists; for a sweep from rnnexp's
   sweeper (`validate_batch_is_legal`), every job before any runs or any folder is made.
@@ -491,10 +492,10 @@ def _composed(loader: ConfigLoader, name: str, overrides: Sequence[str],
 def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = None,
          config_dir: str | None = None, config_name: str | None = None) -> list[str]:
     """What must hold before Hydra builds anything: the command line (grammar, `_target_`s,
-    its folder), and the config Hydra composes from it (the `_target_`s of its app tree and
-    of Hydra's node). Returns the overrides Hydra must compose with so that no credential a
-    config file holds (a URI's password or token) is recorded: each such value replaced by
-    its hidden form (rnnexp.config.credentials)."""
+    its folder), and the config Hydra composes from it (a single run's values, then the
+    `_target_`s of its app tree and of Hydra's node). Returns the overrides Hydra must
+    compose with so that no credential a config file holds (a URI's password or token) is
+    recorded: each such value replaced by its hidden form (rnnexp.config.credentials)."""
     check_output_dir(overrides, multirun)
     with one_line_errors(), _searching(config_path, config_dir):
         check_command_line(overrides)
@@ -504,11 +505,31 @@ def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = Non
         except OverrideParseException as err:
             raise RnnexpError(f"command line: {one_line(err)}") from None
         app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        if _runs_as_composed(cfg, multirun):
+            check_values(cfg)
         targets.check_tree("", OmegaConf.to_container(app, resolve=False))
         targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
         with hydra_resolvable(cfg):
             plain = OmegaConf.to_container(app, resolve=True)
     return [*overrides, *credentials.hidden_overrides(plain)]
+
+
+def _runs_as_composed(cfg: DictConfig, multirun: bool) -> bool:
+    """Whether the gate's composition is the job Hydra will run, values and all: a single
+    run (not a sweep, whose jobs add their own values, nor a preset that makes it one) whose
+    job gets no other environment or folder to resolve its values in."""
+    return not (multirun or OmegaConf.select(cfg, "hydra.mode") == RunMode.MULTIRUN
+                or OmegaConf.select(cfg, "hydra.job.env_set")
+                or OmegaConf.select(cfg, "hydra.job.chdir"))
+
+
+def check_values(cfg: DictConfig) -> None:
+    """A single run's values against the schema, before the `_target_` check imports the
+    models (and torch, seconds): a bad value is reported at once. Nothing is kept: the
+    callback checks the config Hydra composes, as for every run."""
+    check_run(cfg, multirun=False)
+    with hydra_resolvable(cfg):
+        validate(cfg)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from rnnexp.app.commands import run_command
 from rnnexp.app.search import confirm, replay, space, study, window
 from rnnexp.errors import RnnexpError
 from rnnexp.results.result import INVALID, OK, UNSUPPORTED
@@ -96,7 +97,6 @@ def test_a_field_no_searched_option_has_is_refused_in_one_line():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["model=jit", "shape=small"], "nothing to search"),
     (["backend=aten,jit", "backend=aten"], "backend: is both fixed and searched"),
     (["dtype=float32,bfloat16", "--baseline", "dtype=float16"],
      "--baseline dtype=float16: not a value of the space"),
@@ -105,12 +105,23 @@ def test_a_field_no_searched_option_has_is_refused_in_one_line():
     (["dtype=float32,bfloat16", "--budget", "0"], "--budget 0: must be ≥ 1"),
     (["model=jit", "backend=te,aten"], "the baseline backend=te cannot run here"),
 ])
-def test_bad_input_is_one_line_before_anything_runs(args, says, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "rnnexp", "search", *args,
-                           "--folder", str(tmp_path / "s"), "--no-mlflow"],
+def test_bad_input_is_one_line_before_anything_runs(args, says, tmp_path, capsys):
+    """Through the commands' error boundary in this process (`python -m rnnexp search` is
+    `run_command` in a process of its own: the next test)."""
+    rc = run_command("search", [*args, "--folder", str(tmp_path / "s"), "--no-mlflow"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert says in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_bad_input_through_python_m_rnnexp_search_exits_2_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "rnnexp", "search", "model=jit",
+                           "shape=small", "--folder", str(tmp_path / "s"), "--no-mlflow"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert says in proc.stderr and "Traceback" not in proc.stderr
+    assert "nothing to search" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "s").exists()
 
 
@@ -151,11 +162,13 @@ def test_repeated_proposals_are_answered_from_the_first_measurement(grid, tmp_pa
 
 
 def test_a_stored_study_goes_on_where_it_stopped(grid, tmp_path):
+    """What is stored, not how the next cell is chosen: TPE (the Gaussian process fits a
+    model for each proposal, seconds each)."""
     sim = replay.Replay(recording(grid), grid)
-    first, _ = searched(grid, tmp_path, budget=5, sim=sim)
+    first, _ = searched(grid, tmp_path, budget=5, sampler="tpe", sim=sim)
     assert (tmp_path / study.DB).is_file() and first.measured == 5
     before, asked = list(sim.measured), len(first.study.trials)
-    again, _ = searched(grid, tmp_path, budget=9, sim=sim)
+    again, _ = searched(grid, tmp_path, budget=9, sampler="tpe", sim=sim)
     assert again.measured == 9
     assert len(sim.measured) == len(set(sim.measured))  # nothing of the first measured again
     assert sim.measured[:len(before)] == before

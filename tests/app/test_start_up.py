@@ -1,6 +1,7 @@
 """What answers before any measuring imports none of torch, MLflow or SciPy: the help page, a
-command line's error, and the argument errors of the commands beside the app. Their time is in
-docs/benchmarks.md; here, which modules the process loaded (a behaviour, not a timing)."""
+command line's error (its grammar, options and a single run's values), and the argument
+errors of the commands beside the app. Their time is in docs/benchmarks.md; here, which
+modules the process loaded (a behaviour, not a timing)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ def run(*args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     (["bench.iters=ten"], 2, "error: bench.iters: 'ten' is not a whole number"),
     (["device=gpu"], 2, "did you mean cuda?"),
     (["model=lstmm"], 2, "did you mean lstm?"),
+    # A single run's values are checked before the `_target_` check imports the models.
+    (["shape.hidden_size=-3"], 2, "error: shape.hidden_size: must be ≥ 1, got -3"),
+    (["+bench.itters=50"], 2, "error: bench.itters: no such field — did you mean bench.iters?"),
+    (["resume=true"], 2, "error: resume: only applies to a sweep"),
     (["compare", "--help"], 0, "usage: rnnexp compare"),
     (["compare", "--baseline"], 2, "error: argument --baseline: expected one argument"),
     (["compare", "--min-effect", "200"], 2, "error: --min-effect 200: a percentage"),

@@ -264,8 +264,11 @@ def test_inductor_compiles_the_eager_formulation():
 
 
 def test_inductor_refuses_nn_modules():
+    """In one line that names the switch (a refusal leaves the program as this line, exit 2:
+    tests/e2e/test_cli.py)."""
     msg = refusal(["backend=inductor", "model=lstm"])
     assert "model=lstm is an nn module that dynamo does not trace" in msg
+    assert "backend.allow_rnn=true" in msg
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -27,10 +28,16 @@ def test_every_preset_says_which_question_it_answers(preset):
     assert "# Question:" in header and "python -m rnnexp +experiment=" + preset in header
 
 
+@functools.cache
+def composed(preset: str) -> list:
+    """Every job of a preset, composed and checked (DeepBench's 110 take seconds: once)."""
+    return check([f"+experiment={preset}", *TINY], multirun=False)
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.slow
 def test_every_preset_composes_every_job(preset):
-    configs = check([f"+experiment={preset}", *TINY], multirun=False)
+    configs = composed(preset)
     assert len(configs) == JOBS[preset]
     assert len({json.dumps(str(c)) for c in configs}) == len(configs)  # no job twice
 
@@ -64,7 +71,9 @@ def test_deepbench_holds_its_published_lstm_and_gru_problems():
 
 @pytest.mark.slow
 def test_deepbench_jobs_take_the_shape_model_and_phases_of_their_problem():
-    configs = check(["+experiment=deepbench"], multirun=False)
+    """A problem's shape and phases override the command line's (here shape=small and
+    bench=quick, whose backward is on)."""
+    configs = composed("deepbench")
     by_name = {deepbench.option_name(c.deepbench.set, c.deepbench.hidden, c.deepbench.batch,
                                      c.deepbench.steps, c.deepbench.cell): c for c in configs}
     train = by_name["train_gru_h2816_b32_t750"]

@@ -1,7 +1,8 @@
 """A password in the tracking URI reaches a real server behind basic authentication, from
 every place a URI can come from — an override (plain, with '@', '/' and ':' in the password,
 %-encoded), a sweep, a sweep under rnnexp_local, a config file, MLFLOW_TRACKING_URI, MLflow's
-user and password variables, `sync --tracking-uri` — and is written and printed nowhere.
+user and password variables, `sync --tracking-uri` — and is written and printed nowhere; nor
+is a token in the URI a config file gives to a store that is down.
 
 The server is MLflow's own (`mlflow server --app-name basic-auth`): a request without the
 right Authorization header is answered 401, and the run is then not recorded. Every case
@@ -21,12 +22,13 @@ from urllib.parse import quote
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT, TINY, kill_tree, serving_mlflow
+from tests.conftest import ROOT, TINY, kill_tree, load_results, serving_mlflow
 
 pytestmark = pytest.mark.slow
 
 PASSWORD = "p@ss/w0rd:%x"  # '@', '/', ':' and '%' unencoded
-SECRETS = (PASSWORD.encode(), quote(PASSWORD, safe="").encode(), b"w0rd")
+TOKEN = "T0KEN"  # in the query of a URI to a store that is down
+SECRETS = (PASSWORD.encode(), quote(PASSWORD, safe="").encode(), b"w0rd", TOKEN.encode())
 AT_ONCE = 3  # cases run at once
 
 
@@ -38,6 +40,8 @@ def cases(host: str, tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     configs.mkdir(parents=True)
     (configs / "store.yaml").write_text(
         f"# @package _global_\nsinks:\n  mlflow:\n    uri: '{plain}'\n")
+    (configs / "down.yaml").write_text(
+        f"# @package _global_\nsinks:\n  mlflow:\n    uri: http://127.0.0.1:9/?token={TOKEN}\n")
     run, sweep = ["hydra.run.dir={}/run"], ["-m", "seed=0,1", "hydra.sweep.dir={}/sweep"]
     # ('-m' goes first: Hydra's argument parser takes no option after the overrides.)
     return {
@@ -49,6 +53,8 @@ def cases(host: str, tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
                          {}),
         "config-file": ([*run, f"hydra.searchpath=[file://{tmp}/configs]",
                          "+experiment=store"], {}),
+        "config-file-down": ([*run, f"hydra.searchpath=[file://{tmp}/configs]",
+                              "+experiment=down"], {}),
         "MLFLOW_TRACKING_URI": (run, {"MLFLOW_TRACKING_URI": plain}),
         "MLFLOW_TRACKING_PASSWORD": ([*run, f"sinks.mlflow.uri=http://{host}"],
                                      {"MLFLOW_TRACKING_USERNAME": "admin",
@@ -67,7 +73,7 @@ def env_for(case_dir: Path, extra: dict[str, str]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """Every case run against one basic-auth server: {case: (folder, exit, stdout, stderr)},
-    and the server's address and folder."""
+    the runs of each on the server, the server's folder and its host:port."""
     tmp = tmp_path_factory.mktemp("credentials")
     with serving_mlflow(tmp, admin_password=PASSWORD) as server:
         with pytest.raises(urllib.error.HTTPError, match="401"):  # it does check
@@ -112,7 +118,7 @@ def recorded(tmp_path_factory):
             for name in out:
                 exp = client.get_experiment_by_name(name)
                 runs[name] = client.search_runs([exp.experiment_id]) if exp else []
-        yield out, runs, tmp
+        yield out, runs, tmp, host
 
 
 JOBS = {"sweep": 3, "rnnexp_local": 3}  # a sweep: its parent run and two jobs
@@ -122,7 +128,7 @@ JOBS = {"sweep": 3, "rnnexp_local": 3}  # a sweep: its parent run and two jobs
                                   "rnnexp_local", "config-file", "MLFLOW_TRACKING_URI",
                                   "MLFLOW_TRACKING_PASSWORD", "sync"])
 def test_the_password_reaches_the_server_and_nothing_else(case, recorded):
-    out, runs, tmp = recorded
+    out, runs, _, _ = recorded
     folder, code, stdout, stderr = out[case]
     assert code == 0, stderr
     assert "not reachable" not in stderr, stderr
@@ -138,8 +144,27 @@ def test_the_password_reaches_the_server_and_nothing_else(case, recorded):
     assert [str(p) for p in files if any(s in p.read_bytes() for s in SECRETS)] == []
 
 
+def test_a_config_file_s_uri_is_recorded_hidden(recorded):
+    out, _, _, host = recorded
+    recorded_uri = load_results(out["config-file"][0] / "run")["config"]["sinks"]["mlflow"]
+    assert recorded_uri["uri"] == f"http://***@{host}"
+
+
+def test_a_token_to_a_store_that_is_down_is_written_nowhere(recorded):
+    """A config file's URI with a token in its query, to a store that is down: the run keeps
+    its results for sync, and the token is in no file and no line printed."""
+    out, _, _, _ = recorded
+    folder, code, stdout, stderr = out["config-file-down"]
+    assert code == 0, stderr
+    assert "not reachable" in stderr, stderr
+    assert not [s for s in SECRETS if s in (stdout + stderr).encode()]
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    assert any(p.name == "results.json" for p in files)
+    assert [str(p) for p in files if any(s in p.read_bytes() for s in SECRETS)] == []
+
+
 def test_no_artifact_on_the_server_holds_the_password(recorded):
-    _, _, tmp = recorded
+    _, _, tmp, _ = recorded
     files = [p for p in (tmp / "server-artifacts").rglob("*") if p.is_file()]
     assert any(p.name == "results.json" for p in files)
     assert [str(p) for p in files if any(s in p.read_bytes() for s in SECRETS)] == []

@@ -18,7 +18,10 @@ import pytest
 
 from rnnexp.results import exit_codes
 from tests.conftest import ROOT, TINY, kill_tree, load_results
+from tests.faulty_models import STALLED_ENV
 from tests.results.test_tracking import runs_of
+
+FAULTY = "tests.faulty_models"
 
 
 def env_for(tmp: Path, **extra: str) -> dict:
@@ -211,17 +214,18 @@ def test_a_disk_that_fills_after_the_first_job_stops_the_sweep_exit_4(launcher, 
 def test_a_run_folder_gone_mid_run_keeps_the_result_elsewhere(tmp_path):
     """The run's folder replaced by a file while it measures (what a cleanup script or an
     unmounted disk does; permissions do not stop root): the result is kept, exit 4."""
-    run = tmp_path / "run"
-    proc = start(*TINY, "bench.iters=2000", f"hydra.run.dir={run}", tmp=tmp_path,
-                 TMPDIR=str(tmp_path))
+    run, timing = tmp_path / "run", tmp_path / "timing"
+    proc = start(*TINY, f"model.build._target_={FAULTY}.pausing", f"hydra.run.dir={run}",
+                 tmp=tmp_path, TMPDIR=str(tmp_path), RNNEXP_TARGETS="tests",
+                 **{STALLED_ENV: str(timing)})
     try:
-        deadline = time.monotonic() + 120
-        while not (run / ".hydra" / "config.yaml").exists():
+        deadline = time.monotonic() + 300
+        while not timing.exists():  # the model's first timed call waits for the go
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
-        time.sleep(0.5)
         shutil.rmtree(run)
         run.write_text("not a folder any more")
+        timing.with_name(timing.name + ".go").touch()
     except BaseException:
         kill_tree(proc)
         raise

@@ -5,6 +5,7 @@ that hold a job mid-measurement (tests/slurm/gate.py)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Optional
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT, TINY, free_port, kill_tree
+from tests.conftest import ROOT, SERVER_ENV, TINY, free_port, kill_tree
 from tests.slurm import cluster as slurm_cluster
 from tests.slurm.gate import GATES_ENV
 
@@ -53,7 +54,8 @@ class TrackingServer:
              "--port", str(self.port), "--workers", "1",
              "--backend-store-uri", f"sqlite:///{self.folder / 'server.db'}",
              "--artifacts-destination", str(self.folder / "server-artifacts")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.folder)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.folder,
+            env={**os.environ, **SERVER_ENV})
         deadline = time.monotonic() + 180
         while True:  # serving, not only listening
             try:
