@@ -129,9 +129,17 @@ class SweepRecord:
                 sink.on_sweep_start(sweep)
             sweep.save()
 
+        def tell_and_warm() -> None:
+            tell_sinks()
+            for sink in targets:  # the imports the sweep's end needs, while waiting anyway
+                try:
+                    sink.warm()
+                except Exception:  # its end fails the same way, and says why
+                    pass
+
         if overlapped:
             sweep.save()
-            overlap.start(tell_sinks, name="rnnexp-sweep-start")
+            overlap.start(tell_and_warm, name="rnnexp-sweep-start")
         else:
             tell_sinks()
         return cls(config, targets, sweep, jobs, configs, choices)
