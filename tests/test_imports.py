@@ -230,6 +230,7 @@ PROCESS_STATE = {
     "rnnexp.config.kernel_plugins": {"_REPORTED"},  # what is said once a process
     "rnnexp.measure.callgrind": {"_request_fn"},  # Valgrind's client request, made once
     "rnnexp.measure.timing": {"_frozen"},  # gc.freeze(), once a process
+    "rnnexp.run.overlap": {"_pending"},  # threads of work overlapping a sweep's set-up
     "rnnexp.results.sinks.mlflow": {"_VIEW_SAVED"},  # cache: the stores' views saved
 }
 MUTATORS = {"append", "extend", "update", "clear", "pop", "add", "remove", "setdefault",

@@ -43,6 +43,14 @@ class RnnexpLauncher(Launcher):
         self.task_function: Optional[TaskFunction] = None
         self.typed: dict = {}  # job number → its typed config, for the launch under way
 
+    @property
+    def measures_in_workers(self) -> bool:
+        """Every job it measures runs in worker processes of this one, and is recorded here
+        once its window is measured (interleaved): the sweeper starts the fork server before
+        the jobs are composed, and the sinks' start of the sweep while the first window's
+        workers set up (rnnexp.run.overlap)."""
+        return self.interleave
+
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
@@ -124,7 +132,10 @@ class RnnexpLauncher(Launcher):
 
     def _run(self, cfg: DictConfig, outcome: object = None) -> JobReturn:
         """The job's folder, callbacks and task function, by Hydra's own run_job."""
+        from rnnexp.run import overlap
+
         assert self.hydra_context is not None and self.task_function is not None
+        overlap.finish()  # the sinks' start of the sweep, which the job's record needs
         task = functools.partial(self.task_function, checked=self.typed[int(cfg.hydra.job.num)])
         if outcome is not None:
             task = functools.partial(task, outcome=outcome)

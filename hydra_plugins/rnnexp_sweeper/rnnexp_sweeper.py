@@ -139,6 +139,11 @@ class RnnexpSweeper(Sweeper):
         from rnnexp.app.callback import SweepRecord, prestart_workers
 
         assert self.config is not None and self.launcher is not None
+        in_workers = bool(getattr(self.launcher, "measures_in_workers", False))
+        if in_workers:  # known before any job is composed: its imports overlap the checks
+            from rnnexp.measure import isolation
+
+            isolation.prestart()
         self.validate_batch_is_legal(self.jobs(arguments))
         batch = self.batch
         prestart_workers(self.checked)
@@ -148,7 +153,8 @@ class RnnexpSweeper(Sweeper):
         folder = Path(str(self.config.hydra.sweep.dir))
         folder.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, folder / "multirun.yaml")
-        record = SweepRecord.start(self.config, batch, self.checked, self.choices)
+        record = SweepRecord.start(self.config, batch, self.checked, self.choices,
+                                   overlapped=in_workers)
         stopping.jobs_end_with_this_process(self.config.hydra.launcher)
         with record.ended_if_stopped():
             if isinstance(self.launcher, LaunchesChecked):

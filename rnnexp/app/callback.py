@@ -40,7 +40,7 @@ from rnnexp.results import exit_codes, resume
 from rnnexp.results import sinks as sinks_mod
 from rnnexp.results.report import err_console, print_error
 from rnnexp.results.result import CRASHED, FAILED_STATUSES, INTERRUPTED, Result
-from rnnexp.run import schedule, signals
+from rnnexp.run import overlap, schedule, signals
 
 
 def sinks_of(config: DictConfig) -> list[sinks_mod.Sink]:
@@ -111,16 +111,37 @@ class SweepRecord:
 
     @classmethod
     def start(cls, config: DictConfig, jobs: Sequence[Sequence[str]],
-              configs: Sequence[Config], choices: Sequence[dict[str, str]]) -> SweepRecord:
+              configs: Sequence[Config], choices: Sequence[dict[str, str]],
+              overlapped: bool = False) -> SweepRecord:
+        """`overlapped`: the sinks are told in a thread (rnnexp.run.overlap) while the first
+        window's workers set up — for a launcher that measures in this process's workers and
+        records each job here, after its window (rnnexp's); the sweep folder holds the
+        sweep's identity at once and what the sinks keep for its jobs once they are done."""
         folder = Path(str(config.hydra.sweep.dir))
         # A resumed sweep keeps its identity (and its MLflow parent run).
         sweep = (sinks_mod.Sweep.load(folder) if config.get("resume") else None) or \
             sinks_mod.Sweep.start(folder, list(config.hydra.overrides.task))
         plan_sweep(sweep, config, jobs, configs)
         targets = sinks_of(config)
-        for sink in targets:
-            sink.on_sweep_start(sweep)
-        sweep.save()
+
+        def tell_sinks() -> None:
+            for sink in targets:
+                sink.on_sweep_start(sweep)
+            sweep.save()
+
+        def tell_and_warm() -> None:
+            tell_sinks()
+            for sink in targets:  # the imports the sweep's end needs, while waiting anyway
+                try:
+                    sink.warm()
+                except Exception:  # its end fails the same way, and says why
+                    pass
+
+        if overlapped:
+            sweep.save()
+            overlap.start(tell_and_warm, name="rnnexp-sweep-start")
+        else:
+            tell_sinks()
         return cls(config, targets, sweep, jobs, configs, choices)
 
     def abort(self, result: Result, unfinished: bool = True) -> None:
@@ -130,6 +151,7 @@ class SweepRecord:
         was measured of them is kept elsewhere already), and the sinks are told (the parent
         run ends)."""
         stopping.end_jobs()
+        overlap.finish(raise_errors=False)  # the sinks' start, if still under way
         for folder in recording.started_without_result(self.sweep.path) if unfinished else ():
             unfinished = self.unfinished_job(folder, result)
             if unfinished is not None:
@@ -173,6 +195,7 @@ class SweepRecord:
             raise
 
     def end(self) -> None:
+        overlap.finish()
         folder = Path(str(self.config.hydra.sweep.dir)).resolve()
         sweep = sinks_mod.Sweep.load(folder) or sinks_mod.Sweep.start(folder, [])
         jobs = sinks_mod.load_jobs(folder)

@@ -136,6 +136,14 @@ def split_common(labels: Sequence[str], sep: str = "·") -> tuple[list[str], str
     return short, sep.join(x for x, s in zip(parts[0], same, strict=True) if s)
 
 
+def warm() -> None:
+    """Import what `figure` draws with (matplotlib: ~1 s), ahead of the sweep's end."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot
+
+
 def figure(labels: Sequence[str], phases: Sequence[tuple[str, Sequence[Optional[float]],
                                                          Sequence[tuple]]],
            question: str, context: str = ""):

@@ -17,8 +17,9 @@ rounds; the others go on. Each sample of a sweep's window keeps the number of it
 each process the number of its worker, so configurations of one window compare paired by
 round and, in a shared worker, by process (rnnexp.analysis.significance).
 
-Around the rounds, one envelope for a window of any size: the machine looked at over the
-set-up (and waited for under bench.quiet), other processes' use of it watched after every
+Around the rounds, one envelope for a window of any size: what the sweep's process did while
+the workers set up finished (rnnexp.run.overlap), the machine looked at over the set-up (and
+waited for under bench.quiet), other processes' use of it watched after every
 round (rnnexp.machine.environment.Watch), NVML read while the rounds run.
 
 A sweep's window holds as many configurations as fit: their workers' memory estimates
@@ -43,7 +44,7 @@ from rnnexp.machine.environment import Environment
 from rnnexp.measure import isolation, job
 from rnnexp.measure.timing import Progress, Samples
 from rnnexp.results.result import Interleaving
-from rnnexp.run import blocks, schedule
+from rnnexp.run import blocks, overlap, schedule
 from rnnexp.run.drift import UNKNOWN, Drift
 
 # A configuration with a fixed count spreads its samples over at least this many rounds (or
@@ -131,6 +132,7 @@ class Envelope:
         """Right before the first timed sample: the look over the set-up, waited for or
         refused as bench.quiet says. A set-up shorter than a look's window extends back to
         the previous window's last look rather than sleeping the rest of the window."""
+        overlap.finish()  # what this process did while the workers set up (a sweep's start)
         bench = self.plan.cfg.bench
         env = environment.machine(self.plan.plat.cpu_name)
         env.quiet = bench.quiet.value

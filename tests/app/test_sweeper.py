@@ -88,6 +88,21 @@ def test_the_checked_configs_reach_a_launcher_that_takes_them_through_the_extens
     assert not issubclass(BasicLauncher, LaunchesChecked)  # called through `launch`
 
 
+def test_only_a_launcher_that_records_jobs_after_its_windows_overlaps_the_sweeps_start():
+    """The sinks' start runs beside the workers' set-up only where every job is measured in
+    this process's workers and recorded here; jobs elsewhere read it from the sweep folder
+    before they start."""
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+    from hydra_plugins.rnnexp_launcher.rnnexp_launcher import RnnexpLauncher
+    from hydra_plugins.rnnexp_launcher.rnnexp_slurm import RnnexpSlurmLauncher
+
+    assert RnnexpLauncher(interleave=True).measures_in_workers
+    assert not RnnexpLauncher(interleave=False).measures_in_workers  # jobs one by one
+    assert not RnnexpSlurmLauncher(interleave=True).measures_in_workers  # on the nodes
+    assert not getattr(BasicLauncher(), "measures_in_workers", False)
+
+
 def test_a_third_party_launcher_gets_the_checked_configs_and_runs_the_jobs(run_cli, tmp_path):
     proc = run_cli("model=lstm,gru", "backend=aten", *TINY, "sinks=[json]",
                    "hydra/launcher=basic",

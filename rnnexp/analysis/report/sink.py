@@ -27,9 +27,15 @@ class Report(Sink):
             print_warning(f"report not written ({crash_line(err)}) — the results are "
                           f"recorded; rnnexp report {sweep.dir} tries again")
 
+    def warm(self) -> None:
+        # What `write` imports (SciPy among them: ~1 s), ahead of the sweep's end.
+        from rnnexp.analysis import compare_render, sweeps  # noqa: F401
+        from rnnexp.analysis.report import build, render  # noqa: F401
+
     @staticmethod
     def write(sweep: Sweep, jobs: Jobs) -> None:
-        # Imported at the end of a sweep, not when the sinks are built for every job.
+        # Imported at the end of a sweep (or by `warm`), not when the sinks are built for
+        # every job.
         from rnnexp.analysis import sweeps
         from rnnexp.analysis.compare_render import varying
         from rnnexp.analysis.report import build, render

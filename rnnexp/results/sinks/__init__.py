@@ -130,6 +130,11 @@ class Sink:
     def on_sweep_start(self, sweep: Sweep) -> None:
         """Before the first job; may put what jobs need into `sweep.state[self.name]`."""
 
+    def warm(self) -> None:
+        """Load what `on_sweep_end` will need (its imports) ahead of time: called while a
+        sweep's workers set up, when this process would only wait for them
+        (rnnexp.app.callback.SweepRecord). A failure here is left to `on_sweep_end`."""
+
     def on_job(self, result: Result, output_dir: Path, sweep: Optional[Sweep]) -> None:
         """After each job (in the job's process), with the job's Hydra output folder."""
 

@@ -15,6 +15,9 @@ class ResultsFile(Sink):
     def on_job(self, result: Result, output_dir: Path, sweep: Optional[Sweep]) -> None:
         result.save(output_dir)
 
+    def warm(self) -> None:
+        summary.warm()
+
     def on_sweep_end(self, sweep: Sweep, jobs: Jobs) -> None:
         summary.write(sweep.path, jobs)
         job_links.link(sweep.path, jobs)
