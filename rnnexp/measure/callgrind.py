@@ -27,11 +27,7 @@ to iteration and process to process (0.1–1.3% of a small LSTM's forward, almos
 counts' variation). A per-thread cache large enough to hold every freed small chunk
 (`glibc.malloc.tcache_count`, `mxfast` at its largest) makes each allocation the same few
 instructions: processes then repeat each other's counts to ≤ 0.06% for every model of
-fastrnns' set (docs/benchmarks.md#instruction-counts). Chunks held in so large a cache stay
-between freed tensors and keep them from merging, so with glibc's sliding mmap threshold
-(tensors up to 32 MiB from the heap) a process grew by ~0.8 GiB an iteration at the
-default shape until the kernel killed it; a fixed `mmap_threshold` of 32 KiB gives every
-larger tensor pages of its own, returned when it is freed.
+fastrnns' set (docs/benchmarks.md#instruction-counts).
 """
 
 from __future__ import annotations
@@ -50,15 +46,13 @@ from rnnexp.errors import ConfigError
 # The ISA and threads of counting workers and of their time calibration: ATen's dispatch,
 # oneDNN, MKL and glibc's string/memory routines pinned to what Valgrind's CPU offers; one
 # OpenMP thread; Python's hashing fixed (set and dict order decide some code paths); glibc's
-# malloc serving small chunks from its per-thread cache and larger ones from mmap (the
-# module's docstring says why).
+# malloc serving small chunks from its per-thread cache (the module's docstring says why).
 PINNED_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "DNNL_MAX_CPU_ISA": "AVX2",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
-                      ":glibc.malloc.tcache_count=65535:glibc.malloc.mxfast=160"
-                      ":glibc.malloc.mmap_threshold=32768",
+                      ":glibc.malloc.tcache_count=65535:glibc.malloc.mxfast=160",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "PYTHONHASHSEED": "0",
