@@ -45,18 +45,24 @@ from rnnexp.errors import ConfigError
 
 # The ISA and threads of counting workers and of their time calibration: ATen's dispatch,
 # oneDNN, MKL and glibc's string/memory routines pinned to what Valgrind's CPU offers; one
-# OpenMP thread; Python's hashing fixed (set and dict order decide some code paths); glibc's
-# malloc serving small chunks from its per-thread cache (the module's docstring says why).
+# OpenMP thread; Python's hashing fixed (set and dict order decide some code paths).
+HWCAPS = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
 PINNED_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "DNNL_MAX_CPU_ISA": "AVX2",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-    "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
-                      ":glibc.malloc.tcache_count=65535:glibc.malloc.mxfast=160",
+    "GLIBC_TUNABLES": HWCAPS,
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "PYTHONHASHSEED": "0",
 }
+# Counting workers only: glibc's malloc serving small chunks from its per-thread cache (the
+# module's docstring says why). Not for the time calibration: the cached chunks keep freed
+# tensors from merging, so a process grows by ~0.8 GiB an iteration at the default shape —
+# harmless over a counting worker's few iterations, fatal over a timing worker's hundred
+# (the kernel killed them at 11–16 GiB).
+ALLOCATOR = "glibc.malloc.tcache_count=65535:glibc.malloc.mxfast=160"
+COUNTING_ENV = {**PINNED_ENV, "GLIBC_TUNABLES": f"{HWCAPS}:{ALLOCATOR}"}
 # The most warm-up iterations a counting worker runs (uninstrumented, before it counts). A
 # count needs the code to have settled, not the machine: TorchScript's profiling executor
 # optimises on its second call and runs the optimised graph from the third, and counted

@@ -3,6 +3,7 @@ outside Valgrind, and (slow) a sweep counted under Callgrind whose planted chang
 regression gate catches."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from rnnexp.config import schema
 from rnnexp.errors import ConfigError
 from rnnexp.measure import callgrind, job
 from tests.backends.test_backends import CUDA_GPU
-from tests.conftest import TINY, choices_of, compose_cfg
+from tests.conftest import ROOT, TINY, choices_of, compose_cfg
 
 
 def plan(overrides, plat=None):
@@ -59,12 +60,47 @@ def test_the_warm_up_is_not_counted_until_the_clock_starts(tmp_path):
     assert not clock.started and list(tmp_path.iterdir()) == []
 
 
-def test_counting_pins_the_heap_allocator_with_the_isa():
+def tunables(env: dict) -> dict:
+    return dict(t.split("=") for t in env["GLIBC_TUNABLES"].split(":"))
+
+
+def test_counting_pins_the_heap_allocator_with_the_isa_and_timing_the_isa_alone():
     # glibc's per-thread cache serves every small chunk: without it malloc's bin searches
     # move counts by up to ~1% between iterations.
-    tunables = dict(t.split("=") for t in callgrind.PINNED_ENV["GLIBC_TUNABLES"].split(":"))
-    assert tunables["glibc.malloc.tcache_count"] == "65535"
-    assert tunables["glibc.cpu.hwcaps"].startswith("-AVX512F")
+    counting, timing = tunables(callgrind.COUNTING_ENV), tunables(callgrind.PINNED_ENV)
+    assert counting["glibc.malloc.tcache_count"] == "65535"
+    assert counting["glibc.cpu.hwcaps"] == timing["glibc.cpu.hwcaps"]
+    assert timing["glibc.cpu.hwcaps"].startswith("-AVX512F")
+    assert not any(k.startswith("glibc.malloc") for k in timing)
+
+
+GROWTH = """
+import psutil, torch
+from rnnexp.config.schema import validate
+from rnnexp.measure import job
+from tests.conftest import choices_of, compose_cfg
+torch.set_num_threads(1)
+cfg = compose_cfg(["model=jit", "backend=aten", "device=cpu", "shape.hidden_size=128",
+                   "shape.input_size=128", "shape.batch_size=64", "shape.seq_len=100"])
+p = job.plan(validate(cfg), choices_of(cfg))
+w = job.build_workload(p.cfg, p.spec)
+rss = []
+for _ in range(6):
+    w.zero_grad()
+    w.backward(*w.backward_setup(w.run_forward()))
+    rss.append(psutil.Process().memory_info().rss)
+print(rss[-1] - rss[2])
+"""
+
+
+def test_a_calibration_worker_s_memory_stays_flat(tmp_path):
+    """The timing workers' settings let iterations of a scripted loop reuse their memory:
+    with the counting workers' allocator cache each iteration at this shape added ~120 MiB
+    (~0.8 GiB at the default shape, until the kernel killed the workers)."""
+    env = {**os.environ, **callgrind.PINNED_ENV, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", GROWTH], env=env, capture_output=True,
+                         text=True, check=True, cwd=tmp_path)
+    assert int(out.stdout.strip()) < 64 * 2**20, out.stdout
 
 
 def test_time_jobs_keep_the_default_metric_and_no_pinning():
