@@ -27,11 +27,7 @@ to iteration and process to process (0.1–1.3% of a small LSTM's forward, almos
 counts' variation). A per-thread cache large enough to hold every freed small chunk
 (`glibc.malloc.tcache_count`, `mxfast` at its largest) makes each allocation the same few
 instructions: processes then repeat each other's counts to ≤ 0.06% for every model of
-fastrnns' set (docs/benchmarks.md#instruction-counts). Chunks held in so large a cache stay
-between freed tensors and keep them from merging, so with glibc's sliding mmap threshold
-(tensors up to 32 MiB from the heap) a process grew by ~0.8 GiB an iteration at the
-default shape until the kernel killed it; a fixed `mmap_threshold` of 32 KiB gives every
-larger tensor pages of its own, returned when it is freed.
+fastrnns' set (docs/benchmarks.md#instruction-counts).
 """
 
 from __future__ import annotations
@@ -49,20 +45,24 @@ from rnnexp.errors import ConfigError
 
 # The ISA and threads of counting workers and of their time calibration: ATen's dispatch,
 # oneDNN, MKL and glibc's string/memory routines pinned to what Valgrind's CPU offers; one
-# OpenMP thread; Python's hashing fixed (set and dict order decide some code paths); glibc's
-# malloc serving small chunks from its per-thread cache and larger ones from mmap (the
-# module's docstring says why).
+# OpenMP thread; Python's hashing fixed (set and dict order decide some code paths).
+HWCAPS = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
 PINNED_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "DNNL_MAX_CPU_ISA": "AVX2",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-    "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
-                      ":glibc.malloc.tcache_count=65535:glibc.malloc.mxfast=160"
-                      ":glibc.malloc.mmap_threshold=32768",
+    "GLIBC_TUNABLES": HWCAPS,
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "PYTHONHASHSEED": "0",
 }
+# Counting workers only: glibc's malloc serving small chunks from its per-thread cache (the
+# module's docstring says why). Not for the time calibration: the cached chunks keep freed
+# tensors from merging, so a process grows by ~0.8 GiB an iteration at the default shape —
+# harmless over a counting worker's few iterations, fatal over a timing worker's hundred
+# (the kernel killed them at 11–16 GiB).
+ALLOCATOR = "glibc.malloc.tcache_count=65535:glibc.malloc.mxfast=160"
+COUNTING_ENV = {**PINNED_ENV, "GLIBC_TUNABLES": f"{HWCAPS}:{ALLOCATOR}"}
 # The most warm-up iterations a counting worker runs (uninstrumented, before it counts). A
 # count needs the code to have settled, not the machine: TorchScript's profiling executor
 # optimises on its second call and runs the optimised graph from the third, and counted

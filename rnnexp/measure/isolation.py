@@ -342,7 +342,7 @@ class Worker:
         self._conn, child = ctx.Pipe()
         self.dumps: Optional[Path] = None  # a counting worker's dump folder
         if pinned or counting:
-            env = dict(callgrind.PINNED_ENV)
+            env = dict(callgrind.COUNTING_ENV if counting else callgrind.PINNED_ENV)
             launcher: list[str] = []
             if counting:
                 prefix = callgrind.out_prefix()

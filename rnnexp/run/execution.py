@@ -138,7 +138,7 @@ def instructions_of(m: schedule.Measured, phases: dict[str, PhaseStats]
     return Instructions(
         phases={name: CountStats.of(values, phases[name].median_ms if name in phases else None)
                 for name, values in per.items()},
-        env=dict(callgrind.PINNED_ENV), count_s=m.count_s)
+        env=dict(callgrind.COUNTING_ENV), count_s=m.count_s)
 
 
 def assess(env: environment.Environment, runs_drift: drift.Drift,

@@ -60,12 +60,18 @@ def test_the_warm_up_is_not_counted_until_the_clock_starts(tmp_path):
     assert not clock.started and list(tmp_path.iterdir()) == []
 
 
-def test_counting_pins_the_heap_allocator_with_the_isa():
+def tunables(env: dict) -> dict:
+    return dict(t.split("=") for t in env["GLIBC_TUNABLES"].split(":"))
+
+
+def test_counting_pins_the_heap_allocator_with_the_isa_and_timing_the_isa_alone():
     # glibc's per-thread cache serves every small chunk: without it malloc's bin searches
     # move counts by up to ~1% between iterations.
-    tunables = dict(t.split("=") for t in callgrind.PINNED_ENV["GLIBC_TUNABLES"].split(":"))
-    assert tunables["glibc.malloc.tcache_count"] == "65535"
-    assert tunables["glibc.cpu.hwcaps"].startswith("-AVX512F")
+    counting, timing = tunables(callgrind.COUNTING_ENV), tunables(callgrind.PINNED_ENV)
+    assert counting["glibc.malloc.tcache_count"] == "65535"
+    assert counting["glibc.cpu.hwcaps"] == timing["glibc.cpu.hwcaps"]
+    assert timing["glibc.cpu.hwcaps"].startswith("-AVX512F")
+    assert not any(k.startswith("glibc.malloc") for k in timing)
 
 
 GROWTH = """
@@ -87,12 +93,11 @@ print(rss[-1] - rss[2])
 """
 
 
-def test_the_pinned_allocator_keeps_a_process_s_memory_flat(tmp_path):
-    """Under the counting workers' glibc settings, iterations of a scripted loop reuse their
-    memory: without the fixed mmap threshold each iteration at this shape added ~120 MiB
-    (and ~0.8 GiB at the default shape, until the kernel killed the worker)."""
-    env = {**os.environ, "GLIBC_TUNABLES": callgrind.PINNED_ENV["GLIBC_TUNABLES"],
-           "PYTHONPATH": str(ROOT)}
+def test_a_calibration_worker_s_memory_stays_flat(tmp_path):
+    """The timing workers' settings let iterations of a scripted loop reuse their memory:
+    with the counting workers' allocator cache each iteration at this shape added ~120 MiB
+    (~0.8 GiB at the default shape, until the kernel killed the workers)."""
+    env = {**os.environ, **callgrind.PINNED_ENV, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", GROWTH], env=env, capture_output=True,
                          text=True, check=True, cwd=tmp_path)
     assert int(out.stdout.strip()) < 64 * 2**20, out.stdout
