@@ -187,8 +187,11 @@ def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
             assert time.monotonic() < deadline, "the window never started its rounds"
             time.sleep(0.001)
         # The short job's rounds take well under a second idle; the margin is for a machine
-        # running other tests beside this one (the long job measures for many minutes).
-        time.sleep(10)
+        # running other tests beside this one, and for the sweep's start in the sinks
+        # (MLflow's import and store, seconds under load), which the window waits for after
+        # its workers are parked and before its first round (the long job measures for many
+        # minutes).
+        time.sleep(30)
         proc.send_signal(signum)
         return proc.communicate(timeout=120)[1]
     finally:
