@@ -312,8 +312,9 @@ class Watch:
         start = spans[-1] if spans else self._first
         _, cores = self._others(start, now)
         self._last = now
-        # Older reads than the newest one a span can start at are never needed again.
-        self._reads = self._reads[len(spans) - 1:] + [now] if spans else self._reads + [now]
+        if spans:  # reads older than the newest one a span can start at are never needed
+            del self._reads[:len(spans) - 1]
+        self._reads.append(now)
         self.rounds.append((cores, others_runnable(self.pids), bool(spans)))
 
     def look(self, top: Optional[Look] = None) -> Look:
