@@ -43,7 +43,6 @@ class RnnexpLauncher(Launcher):
         self.task_function: Optional[TaskFunction] = None
         self.typed: dict = {}  # job number → its typed config, for the launch under way
 
-    @property
     def measures_in_workers(self) -> bool:
         """Every job it measures runs in worker processes of this one, and is recorded here
         once its window is measured (interleaved): the sweeper starts the fork server before

@@ -80,7 +80,6 @@ class RnnexpSlurmLauncher(RnnexpLauncher):
         self.params = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v)
                        else v for k, v in params.items()}
 
-    @property
     def measures_in_workers(self) -> bool:
         """No: the jobs are measured on the cluster's nodes, which read the sweep's record
         (its MLflow parent run) from the sweep folder — started before any is submitted."""

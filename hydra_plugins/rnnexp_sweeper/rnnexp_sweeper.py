@@ -45,8 +45,13 @@ class LaunchesChecked(Protocol):
     """rnnexp's extension of Hydra's Launcher API: `launch`, with each job's typed config
     (`rnnexp.config.schema.Config`, in job order) as the sweeper checked it — and, when the
     sweeper has them, the configs it composed to check (Hydra's `load_sweep_config` of each
-    job's overrides) — so that the launcher neither composes nor validates the jobs again.
-    A launcher without it is called through `launch`."""
+    job's overrides) — so that the launcher neither composes nor validates the jobs again;
+    and whether it measures every job in worker processes of this process and records each
+    job here, after its window (`measures_in_workers`): the sweeper then starts the workers'
+    fork server before it composes the jobs, and the sinks' start of the sweep beside the
+    first window's set-up. A launcher without it is called through `launch`."""
+
+    def measures_in_workers(self) -> bool: ...
 
     def launch_checked(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
                        checked: Optional[Sequence[Any]],
@@ -139,7 +144,8 @@ class RnnexpSweeper(Sweeper):
         from rnnexp.app.callback import SweepRecord, prestart_workers
 
         assert self.config is not None and self.launcher is not None
-        in_workers = bool(getattr(self.launcher, "measures_in_workers", False))
+        in_workers = isinstance(self.launcher, LaunchesChecked) and \
+            self.launcher.measures_in_workers()
         if in_workers:  # known before any job is composed: its imports overlap the checks
             from rnnexp.measure import isolation
 

@@ -408,11 +408,11 @@ def check_job(cfg: DictConfig, num: Optional[int] = None) -> Config:
     schema, the sinks' and the model factory's options. Nothing is instantiated."""
     from rnnexp.results import sinks  # with the Result it imports torch: not for the gate
 
-    app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    app = _app_fields(cfg)
     targets.check_tree("", app)
     targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
     if not _uses_hydra_resolver(app):
-        config = validate(cfg)
+        config = CHECKED_RUN.gated(app) or validate(cfg)
     else:
         try:
             with hydra_resolvable(cfg, num):
@@ -450,23 +450,35 @@ def check_composed(cfgs: Iterable[DictConfig], multirun: bool) -> list[Config]:
 
 
 class CheckedRun:
-    """A single run's typed config, from its check (rnnexp.app.callback.RunCheck, before Hydra
-    makes the run's folder) to its task function in the same process: Hydra hands a
-    callback's work to no one, so it waits here until the task takes it. Not kept when what
-    the check resolved may read otherwise in the task: `${hydra:…}` in the app's fields (the
-    check ran before the run's folder was claimed: rnnexp.app.run_dir), or a job that Hydra
-    gives an environment (hydra.job.env_set, read by `${oc.env:…}` and the store's URI) or
-    another working folder (hydra.job.chdir); the task types such a config itself."""
+    """A single run's typed config on its way through the process, validated once: from the
+    gate (its values, checked before Hydra composes) to the check of the config Hydra
+    composed (rnnexp.app.callback.RunCheck, before Hydra makes the run's folder), and from
+    there to its task function — Hydra hands a callback's work to no one, so it waits here
+    until the task takes it. Not kept when what the check resolved may read otherwise in
+    the task: `${hydra:…}` in the app's fields (the check ran before the run's folder was
+    claimed: rnnexp.app.run_dir), or a job that Hydra gives an environment
+    (hydra.job.env_set, read by `${oc.env:…}` and the store's URI) or another working folder
+    (hydra.job.chdir); the task types such a config itself."""
 
     def __init__(self) -> None:
         self._config: Optional[Config] = None
+        self._gated: Optional[tuple[dict, Config]] = None
+
+    def gate(self, app: dict, config: Config) -> None:
+        """The gate's typed config of the app's fields `app` (unresolved, Hydra's node
+        left out)."""
+        self._gated = (app, config)
+
+    def gated(self, app: dict) -> Optional[Config]:
+        """The gate's typed config, once, when Hydra composed the same app fields (no
+        credential of a config file was hidden in between, no resolver of Hydra's read)."""
+        gated, self._gated = self._gated, None
+        return gated[1] if gated is not None and gated[0] == app else None
 
     def keep(self, cfg: DictConfig, config: Config) -> None:
-        app = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()
-               if k != "hydra"}
         moved = OmegaConf.select(cfg, "hydra.job.env_set") or \
             OmegaConf.select(cfg, "hydra.job.chdir")
-        self._config = None if moved or _uses_hydra_resolver(app) else config
+        self._config = None if moved or _uses_hydra_resolver(_app_fields(cfg)) else config
 
     def take(self) -> Optional[Config]:
         config, self._config = self._config, None
@@ -506,7 +518,9 @@ def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = Non
             raise RnnexpError(f"command line: {one_line(err)}") from None
         app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         if _runs_as_composed(cfg, multirun):
-            check_values(cfg)
+            config = check_values(cfg)
+            if not _uses_hydra_resolver(plain_app := _app_fields(cfg)):
+                CHECKED_RUN.gate(plain_app, config)
         targets.check_tree("", OmegaConf.to_container(app, resolve=False))
         targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
         with hydra_resolvable(cfg):
@@ -523,13 +537,19 @@ def _runs_as_composed(cfg: DictConfig, multirun: bool) -> bool:
                 or OmegaConf.select(cfg, "hydra.job.chdir"))
 
 
-def check_values(cfg: DictConfig) -> None:
+def check_values(cfg: DictConfig) -> Config:
     """A single run's values against the schema, before the `_target_` check imports the
-    models (and torch, seconds): a bad value is reported at once. Nothing is kept: the
-    callback checks the config Hydra composes, as for every run."""
+    models (and torch, seconds): a bad value is reported at once. The callback checks the
+    config Hydra composes; where its app fields are these, it takes this typed config
+    (CHECKED_RUN) rather than validating them again."""
     check_run(cfg, multirun=False)
     with hydra_resolvable(cfg):
-        validate(cfg)
+        return validate(cfg)
+
+
+def _app_fields(cfg: DictConfig) -> dict:
+    """The app's fields of a composed config, unresolved: Hydra's node left out."""
+    return {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
 
 
 @contextlib.contextmanager

@@ -97,10 +97,12 @@ def test_only_a_launcher_that_records_jobs_after_its_windows_overlaps_the_sweeps
     from hydra_plugins.rnnexp_launcher.rnnexp_launcher import RnnexpLauncher
     from hydra_plugins.rnnexp_launcher.rnnexp_slurm import RnnexpSlurmLauncher
 
-    assert RnnexpLauncher(interleave=True).measures_in_workers
-    assert not RnnexpLauncher(interleave=False).measures_in_workers  # jobs one by one
-    assert not RnnexpSlurmLauncher(interleave=True).measures_in_workers  # on the nodes
-    assert not getattr(BasicLauncher(), "measures_in_workers", False)
+    from hydra_plugins.rnnexp_sweeper.rnnexp_sweeper import LaunchesChecked
+
+    assert RnnexpLauncher(interleave=True).measures_in_workers()
+    assert not RnnexpLauncher(interleave=False).measures_in_workers()  # jobs one by one
+    assert not RnnexpSlurmLauncher(interleave=True).measures_in_workers()  # on the nodes
+    assert not isinstance(BasicLauncher(), LaunchesChecked)  # neither, through `launch`
 
 
 def test_a_third_party_launcher_gets_the_checked_configs_and_runs_the_jobs(run_cli, tmp_path):

@@ -173,3 +173,30 @@ def test_a_single_runs_typed_config_goes_from_its_check_to_its_task_once():
     assert slot.take() is typed and slot.take() is None  # taken once
     slot.keep(env, check_composed([env], multirun=False)[0])
     assert slot.take() is None  # a resolver's value may change by the time the task runs
+
+
+def test_a_single_run_is_validated_once_from_the_gate_to_its_task(monkeypatch):
+    """The gate validates a single run's values; the check of the config Hydra composes takes
+    that typed config when the app's fields are the same, and validates what differs."""
+    from hydra import compose, initialize_config_dir
+
+    from rnnexp.app import config_check
+
+    validated = []
+
+    def counting(cfg):
+        validated.append(cfg.seed)
+        return validate(cfg)
+
+    monkeypatch.setattr(config_check, "validate", counting)
+    with initialize_config_dir(config_dir=str(config_check.CONF_DIR), version_base="1.3"):
+        same, other = (compose(config_check.CONFIG_NAME, [f"seed={s}"], return_hydra_config=True)
+                       for s in (5, 6))
+    config_check.gate(["seed=5"], multirun=False)
+    (typed,) = config_check.check_composed([same], multirun=False)
+    assert validated == [5] and typed.seed == 5  # the gate's, taken by the check
+    config_check.gate(["seed=5"], multirun=False)
+    (typed,) = config_check.check_composed([other], multirun=False)
+    assert validated == [5, 5, 6] and typed.seed == 6  # not what the gate saw: validated
+    (typed,) = config_check.check_composed([same], multirun=False)
+    assert validated == [5, 5, 6, 5]  # the gate's is taken once

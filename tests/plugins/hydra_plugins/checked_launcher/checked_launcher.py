@@ -33,6 +33,9 @@ class CheckedLauncher(Launcher):
                                    job_subdir_key="hydra.sweep.subdir"))
         return returns
 
+    def measures_in_workers(self) -> bool:
+        return False  # each job runs through Hydra's run_job, here, one after the other
+
     def launch_checked(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
                        checked: Optional[Sequence[Any]],
                        composed: Optional[Sequence[DictConfig]] = None
