@@ -96,7 +96,6 @@ def test_only_a_launcher_that_records_jobs_after_its_windows_overlaps_the_sweeps
 
     from hydra_plugins.rnnexp_launcher.rnnexp_launcher import RnnexpLauncher
     from hydra_plugins.rnnexp_launcher.rnnexp_slurm import RnnexpSlurmLauncher
-
     from hydra_plugins.rnnexp_sweeper.rnnexp_sweeper import LaunchesChecked
 
     assert RnnexpLauncher(interleave=True).measures_in_workers()
