@@ -177,21 +177,26 @@ def timing(proc: subprocess.Popen) -> bool:
     return False
 
 
-def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
-    """Send `signum` a few seconds into the window's rounds; the sweep's stderr. A failed
-    wait leaves no sweep running."""
+def signal_in_the_rounds(proc: subprocess.Popen, signum: int, sweep: Path) -> str:
+    """Send `signum` a few seconds into the window's rounds of the sweep in `sweep`; its
+    stderr. A failed wait leaves no sweep running."""
     try:
         deadline = time.monotonic() + 180
         while not timing(proc):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the window never started its rounds"
             time.sleep(0.001)
-        # The short job's rounds take well under a second idle; the margin is for a machine
-        # running other tests beside this one, and for the sweep's start in the sinks
-        # (MLflow's import and store, seconds under load), which the window waits for after
-        # its workers are parked and before its first round (the long job measures for many
-        # minutes).
-        time.sleep(30)
+        # The window waits for the sweep's start in the sinks (MLflow's import, store and
+        # parent run: seconds under load) after its workers are parked and before its first
+        # round; the sweep folder says when the parent run is made, and the sinks' imports for
+        # the sweep's end follow (a few seconds under load). The short job's three rounds then
+        # take well under a second idle; the margin is for a machine running other tests
+        # beside this one (the long job measures for many minutes).
+        while "mlflow" not in json.loads((sweep / "sweep.json").read_text())["state"]:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the sweep's start in the sinks never ended"
+            time.sleep(0.05)
+        time.sleep(10)
         proc.send_signal(signum)
         return proc.communicate(timeout=120)[1]
     finally:
@@ -202,7 +207,7 @@ def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
 def test_a_scheduler_signal_ends_the_window_but_keeps_what_it_finished(tmp_path):
     proc = start_sweep(tmp_path, "model=lstm", "backend=aten", *TINY, "sinks=[json,mlflow]",
                        "bench.iters=3,1000000")
-    err = signal_in_the_rounds(proc, signal.SIGUSR2)
+    err = signal_in_the_rounds(proc, signal.SIGUSR2, tmp_path / "sweep")
     assert proc.returncode == 0, err  # the sweep goes on
     done, killed = results_of(tmp_path / "sweep")
     assert done["status"] == OK and done["phases"]["forward"]["n"] == 3
@@ -215,7 +220,7 @@ def test_sigterm_in_the_rounds_records_the_finished_job_and_kills_the_other(tmp_
 
     proc = start_sweep(tmp_path, "model=lstm", "backend=aten", *TINY, "sinks=[json,mlflow]",
                        "bench.iters=3,1000000")
-    signal_in_the_rounds(proc, signal.SIGTERM)
+    signal_in_the_rounds(proc, signal.SIGTERM, tmp_path / "sweep")
     assert proc.returncode == 128 + signal.SIGTERM
     done, killed = results_of(tmp_path / "sweep")
     assert done["status"] == OK and killed["status"] == "interrupted"
