@@ -94,8 +94,10 @@ SERVER_PORT ?= 5000
 SERVER_STORE ?= sqlite:///$(CURDIR)/mlflow.db
 SERVER_ARTIFACTS ?= $(CURDIR)/mlartifacts
 
+# Without MLflow's job runner (seven worker processes for MLflow's own jobs, which rnnexp
+# never submits).
 server:  ## MLflow tracking server (SERVER_HOST:SERVER_PORT) for sweeps on several machines
-	$(BIN)/mlflow server --backend-store-uri $(SERVER_STORE) \
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri $(SERVER_STORE) \
 		--artifacts-destination $(SERVER_ARTIFACTS) --host $(SERVER_HOST) --port $(SERVER_PORT)
 
 # A SLURM cluster on this machine for trying hydra/launcher=rnnexp_slurm (and what the SLURM
