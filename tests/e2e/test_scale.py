@@ -17,6 +17,7 @@ import pytest
 from rnnexp.config.schema import DeviceKind
 from rnnexp.machine import placement
 from rnnexp.machine.placement import Launch, Placement, launch_of, oversubscription, place
+from tests import faulty_models
 from tests.conftest import ROOT, TINY, kill_tree, load_results
 from tests.results.test_tracking import runs_of
 
@@ -55,13 +56,18 @@ def test_submitit_sweep_lands_in_a_server_as_one_parent_and_four_children(mlflow
 
 @pytest.mark.slow
 def test_a_job_at_its_time_limit_ends_killed_with_the_reason(tmp_path):
-    # The job would time for many minutes (bench.iters at its cap): submitit's local
-    # executor signals it (SIGUSR2) 30 s before its 1-minute limit, as SLURM does before a
-    # time limit or a preemption.
+    # The job's first timed call waits (a pausing model: waiting costs no CPU, where timing a
+    # minute would), and nothing tells it to go on: submitit's local executor signals it
+    # (SIGUSR2) 30 s before its 1-minute limit, as SLURM does before a time limit or a
+    # preemption.
     proc = subprocess.run(sweep_cmd(
         "hydra/launcher=rnnexp_local", "hydra.launcher.timeout_min=1", *TINY,
-        "bench.iters=1000000", f"hydra.sweep.dir={tmp_path}/sweep"),
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env_for(tmp_path))
+        f"model.build._target_={faulty_models.__name__}.pausing",
+        f"hydra.sweep.dir={tmp_path}/sweep"),
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**env_for(tmp_path), "RNNEXP_TARGETS": "tests",
+             faulty_models.STALLED_ENV: str(tmp_path / "timing")})
+    assert (tmp_path / "timing").read_text().startswith("timing ")  # it was timing
     assert proc.returncode == 0, proc.stderr
     result = load_results(tmp_path / "sweep" / "0")
     assert result["status"] == "interrupted"
