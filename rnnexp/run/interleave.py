@@ -44,7 +44,7 @@ from rnnexp.machine.environment import Environment
 from rnnexp.measure import isolation, job
 from rnnexp.measure.timing import Progress, Samples
 from rnnexp.results.result import Interleaving
-from rnnexp.run import blocks, overlap, schedule
+from rnnexp.run import blocks, counting, overlap, schedule
 from rnnexp.run.drift import UNKNOWN, Drift
 
 # A configuration with a fixed count spreads its samples over at least this many rounds (or
@@ -189,7 +189,8 @@ class Window:
     def __init__(self, plans: Sequence[job.Plan], drifts: Sequence[Drift],
                  window: Optional[str], jobs: Sequence[int], seed: int,
                  progress: Optional[Progress] = None,
-                 host: Optional[Callable[[str], isolation.Host]] = None):
+                 host: Optional[Callable[[str], isolation.Host]] = None,
+                 counter: Callable[[job.Plan], isolation.Host] = counting.counting_worker):
         self.plans, self.window, self.jobs, self.seed = list(plans), window, list(jobs), seed
         self.progress = progress
         lone = len(plans) == 1 and schedule.max_processes(plans[0].cfg.bench) == 1 \
@@ -203,6 +204,7 @@ class Window:
         local = window is None and len(plans) == 1 and schedule.in_job_process(plans[0])
         self.make_host = host or (lambda python, pinned=False: isolation.Local() if local
                                   else isolation.Worker(python or None, pinned=pinned))
+        self.make_counter = counter
         self.counts: dict[int, list[Samples]] = {}  # bench.metric=instructions
         self.count_s: dict[int, float] = {}  # wall seconds its counting processes took
         self.hosts: list[isolation.Host] = []
@@ -412,38 +414,19 @@ class Window:
     # --- instruction counts ---------------------------------------------------------------
     def count(self) -> None:
         """bench.metric=instructions: after the timed rounds, each such configuration counted
-        in `bench.count_processes` processes of its own under Callgrind, one after the other
-        (counts need neither a quiet machine nor interleaving; their workers are slow and
-        would load the machine while others are timed). A count that fails fails its
+        in `bench.count_processes` processes of its own under Callgrind, as many at once as
+        cores and memory allow (rnnexp.run.counting). A count that fails fails its
         configuration: the metric asked for is missing."""
-        todo = [i for i in sorted(self.ended) if i not in self.failed
-                and blocks.pinned(self.plans[i])]
+        todo = {i: self.plans[i] for i in sorted(self.ended) if i not in self.failed
+                and blocks.pinned(self.plans[i])}
         if not todo:
             return
         self._phase("instruction counts under Callgrind",
-                    sum(self.plans[i].cfg.bench.count_processes for i in todo))
-        for i in todo:
-            start = time.perf_counter()
-            try:
-                self.counts[i] = [self._count_once(self.plans[i], i)
-                                  for _ in range(self.plans[i].cfg.bench.count_processes)]
-                self.count_s[i] = time.perf_counter() - start
-            except RnnexpError as err:
-                self.failed[i] = err
-
-    def _count_once(self, p: job.Plan, slot: int) -> Samples:
-        """One counting process: built, warmed up (instrumented), `count_iters` counted."""
-        host = isolation.Worker(p.cfg.bench.python or None, counting=True)
-        try:
-            host.request("add", slot, p, False)
-            host.answer()
-            host.request("round", slot, p.cfg.bench.count_iters, 1)
-            samples = host.answer().samples
-        finally:
-            host.close()
-        if self.progress:
-            self.progress.advance()
-        return samples
+                    sum(p.cfg.bench.count_processes for p in todo.values()))
+        counted = counting.count(todo, self.progress, start=self.make_counter)
+        self.counts.update(counted.samples)
+        self.count_s.update(counted.seconds)
+        self.failed.update(counted.failed)
 
     # --- the whole window -----------------------------------------------------------------
 
@@ -459,6 +442,7 @@ class Window:
             self.envelope.settle(ready.threads if ready else 0, self.progress)
             self.rounds()
             self.envelope.close()
+            self.close()  # the timing workers' memory is the counting processes' to use
             self.count()
         except (KeyboardInterrupt, Interrupted) as err:
             # What finished before the signal is a measurement: it is returned with it.
@@ -488,9 +472,11 @@ class Window:
         return done
 
     def close(self) -> None:
-        for host in self.hosts:  # asked together, then each waited for
+        """End every worker (once: a closed window has none)."""
+        hosts, self.hosts = self.hosts, []
+        for host in hosts:  # asked together, then each waited for
             host.exit()
-        for host in self.hosts:
+        for host in hosts:
             host.close()
 
     def _phase(self, name: str, total: Optional[int]) -> None:

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from rnnexp.analysis import significance
 from rnnexp.config import schema
 from rnnexp.errors import ConfigError
 from rnnexp.measure import callgrind, job
@@ -130,8 +131,11 @@ def test_a_counted_sweep_records_counts_and_the_gate_catches_a_planted_change(ru
             c = ins["phases"][phase]
             assert len(c["samples"]) == 2 and c["low"] <= c["median"] <= c["high"]
             assert c["ns_per_instruction"] > 0
-            # Iterations of one process repeat to 0.1% (the heap allocator pinned).
-            assert c["high"] - c["low"] <= 0.001 * c["median"]
+            # Iterations of one process repeat within the tolerance compare judges counts
+            # with. At eight steps an iteration's fixed part (Python, autograd's set-up)
+            # weighs most, and it moves by a few thousand instructions between iterations
+            # (up to 0.16% measured here; ≤ 0.08% at a hundred steps: docs/benchmarks.md).
+            assert c["high"] - c["low"] <= significance.COUNT_TOLERANCE * c["median"]
     by_seq = {d["config"]["shape"]["seq_len"]: d for d in counted}
     assert by_seq[9]["instructions"]["phases"]["forward"]["median"] > \
         by_seq[8]["instructions"]["phases"]["forward"]["median"]

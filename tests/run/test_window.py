@@ -44,7 +44,7 @@ class Machine:
         self.outstanding = 0
         self.most_outstanding = 0
 
-    def host(self, python: str) -> FakeHost:
+    def host(self, python: str, pinned: bool = False) -> FakeHost:
         self.hosts.append(FakeHost(self, len(self.hosts), python))
         return self.hosts[-1]
 
@@ -271,7 +271,7 @@ def test_contention_that_starts_during_the_rounds_is_seen_round_by_round():
     hogs: list[subprocess.Popen] = []
 
     class Hogging(Machine):
-        def host(self, python: str) -> FakeHost:
+        def host(self, python: str, pinned: bool = False) -> FakeHost:
             host = super().host(python)
             answer = host.answer
 
@@ -313,3 +313,25 @@ def test_busy_while_timing_is_decided_over_the_rounds(look, busy):
     assert (BUSY in env.flags) == busy
     if busy:
         assert "while timing" in env.warnings[0] and "rounds" in env.warnings[0]
+
+
+def test_counting_starts_once_the_timing_workers_are_closed():
+    """bench.metric=instructions: the counting processes come after the timed rounds, with
+    the memory the timing workers held given back."""
+    from tests.run.test_counting import Counters
+
+    machine, counters = Machine(), Counters()
+    open_when_counting = []
+
+    def counter(p):
+        open_when_counting.append(sum(not h.closed for h in machine.hosts))
+        return counters.start(p)
+
+    plans = [plan("model=lstm", "backend=aten", "bench.metric=instructions", f"seed={s}")
+             for s in range(2)]
+    w = interleave.Window(plans, [UNKNOWN] * 2, "w/0", [0, 1], 1, host=machine.host,
+                          counter=counter)
+    ended = w.measure()
+    assert ended.interrupt is None and machine.hosts
+    assert open_when_counting == [0, 0]
+    assert all(m.counts and len(m.counts) == 1 for m in ended.outcomes)
