@@ -180,15 +180,17 @@ class BenchConfig:
     python: Optional[str] = None
     # `time` (the default), or `instructions`: each forward and backward also counted as
     # retired instructions under Valgrind's Callgrind (CPU only, one thread, the ISA pinned
-    # to AVX2 for counting and timing alike). The time is still measured as configured: it
-    # is the counts' calibration, and `compare` judges counts only where time agrees.
+    # for counting and timing alike: ATen at AVX2, MKL and oneDNN at SSE4). The time is
+    # still measured as configured: it is the counts' calibration, and `compare` judges
+    # counts only where time agrees.
     metric: Metric = Metric.time
-    # Processes counting under Callgrind (each ~50× slower than native while it counts).
+    # Processes counting under Callgrind (each ~10–20× slower than native while it counts),
+    # as many at once as cores and memory allow.
     count_processes: int = 1
     # Iterations each counting process counts, after an uninstrumented warm-up of
     # bench.warmup iterations (at most 3: a count needs only the code to have settled).
     # Counts are deterministic: a process repeats another's to ≤ 0.06%, so a few
-    # iterations are enough; each costs minutes at the default shape.
+    # iterations are enough.
     count_iters: int = 2
 
     def __post_init__(self) -> None:

@@ -17,9 +17,18 @@ CALLGRIND_TOGGLE_COLLECT and DUMP_STATS, and starting instrumentation after the 
 needs START_INSTRUMENTATION. Outside Valgrind the sequence is a no-op that returns its
 default, so the same code runs natively.
 
-Counts depend on the code the libraries pick for the CPU. Valgrind's synthetic CPU has no
-AVX-512, so counting and its calibration (time measured alongside) both run with the ISA
-pinned to AVX2 (`PINNED_ENV`, recorded with the result) and one thread.
+Counts depend on the code the libraries pick for the CPU, so counting and its calibration
+(time measured alongside) both run with the ISA pinned (`PINNED_ENV`, recorded with the
+result) and one thread: ATen's own kernels at AVX2 (Valgrind's synthetic CPU has no
+AVX-512), MKL's GEMMs and oneDNN's kernels (nn.LSTM's) at SSE4. Their AVX2 kernels run
+~100–200× slower under Valgrind than their SSE4 ones (fused multiply-adds, translated
+instruction by instruction; measured, uninstrumented: 20 float32 GEMMs of 64×1024 by
+1024×2048 took 198 s with MKL's AVX2 against 1.1 s with its SSE4.2, five nn.LSTM forward and
+backward passes 163 s with oneDNN's AVX2 against 1.8 s with SSE4.1), which put a counting
+process at the default shape past an hour; natively the SSE4 kernels take ~2× the AVX2
+ones' time. The counts are then of SSE4 GEMMs — a proxy for the model's and the harness's
+own code (Python, TorchScript, ATen's dispatch and element-wise kernels), which keep
+their AVX2 paths, not for the vendor kernels' speed.
 
 Counts also depend on the state of glibc's heap: with its defaults, a freed chunk goes back
 to bins that `malloc` later searches and consolidates, and that work differs from iteration
@@ -43,14 +52,15 @@ from typing import Optional
 
 from rnnexp.errors import ConfigError
 
-# The ISA and threads of counting workers and of their time calibration: ATen's dispatch,
-# oneDNN, MKL and glibc's string/memory routines pinned to what Valgrind's CPU offers; one
+# The ISA and threads of counting workers and of their time calibration: ATen's dispatch and
+# glibc's string/memory routines pinned to what Valgrind's CPU offers, MKL and oneDNN to
+# SSE4 (their AVX2 kernels are ~100× slower under Valgrind: the module's docstring); one
 # OpenMP thread; Python's hashing fixed (set and dict order decide some code paths).
 HWCAPS = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
 PINNED_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
-    "DNNL_MAX_CPU_ISA": "AVX2",
-    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "DNNL_MAX_CPU_ISA": "SSE41",
+    "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
     "GLIBC_TUNABLES": HWCAPS,
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
@@ -66,8 +76,8 @@ COUNTING_ENV = {**PINNED_ENV, "GLIBC_TUNABLES": f"{HWCAPS}:{ALLOCATOR}"}
 # The most warm-up iterations a counting worker runs (uninstrumented, before it counts). A
 # count needs the code to have settled, not the machine: TorchScript's profiling executor
 # optimises on its second call and runs the optimised graph from the third, and counted
-# iterations that still differed would show as their range. More, at the default shape,
-# only costs minutes under Valgrind.
+# iterations that still differed would show as their range. More only costs time under
+# Valgrind (~10× native while uninstrumented).
 WARMUP = 3
 # Where a counting worker's dumps go (set by the job's process for each counting worker).
 OUT_ENV = "RNNEXP_CALLGRIND_OUT"

@@ -56,7 +56,7 @@ def counts_line(ins: Instructions) -> str:
     parts = [f"{name} {c.median:,.0f} (±{50 * c.spread:.2f}%"
              + (f", {c.ns_per_instruction:.3f} ns each)" if c.ns_per_instruction else ")")
              for name, c in ins.phases.items()]
-    return f"instructions ({ins.tool}, one thread, AVX2): " + " · ".join(parts)
+    return f"instructions ({ins.tool}, one thread, ISA pinned): " + " · ".join(parts)
 
 
 def sweep_warnings(jobs: Jobs) -> list[str]:
