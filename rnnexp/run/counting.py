@@ -5,7 +5,7 @@ allow.
 
 Counts need neither a quiet machine nor interleaving — a count does not depend on what else
 runs — so nothing waits for a core of its own: a counting process is single-threaded and
-runs ~50–100× slower than natively, and counting processes side by side divide the wall by
+runs 10–30× slower than natively, and counting processes side by side divide the wall by
 their number. The window's timing workers are done by then (counting starts after the timed
 rounds). Memory bounds the number: a counting process holds the interpreter and torch, what
 Valgrind translated, and — with the allocator's per-thread cache pinned for deterministic
@@ -60,8 +60,8 @@ def counting_worker(plan: job.Plan) -> isolation.Host:
 
 @dataclass
 class _Process:
-    """One counting process, through its two requests: set up (build, verify, warm up
-    uninstrumented), then the counted iterations."""
+    """One counting process, through its two requests: set up (build, warm up
+    uninstrumented; counting workers do not verify), then the counted iterations."""
 
     slot: int
     plan: job.Plan
@@ -113,9 +113,11 @@ def count(plans: Mapping[int, job.Plan], progress: Optional[Progress] = None,
             ready = wait(list(running), timeout=1.0)
             # A process that died sends nothing: asking it for its answer says so.
             for conn in ready or [c for c, pr in running.items() if not pr.host.alive()]:
-                proc = running[conn]
+                proc = running.get(conn)
+                if proc is None:  # ended with another process of its failed configuration
+                    continue
                 samples = _attempt(proc, counted, running, proc.step)
-                if samples is not None and proc.slot not in counted.failed:
+                if samples is not None:
                     counted.samples.setdefault(proc.slot, []).append(samples)
                     _end(proc, counted, running)
                     if progress:
@@ -132,7 +134,7 @@ def _attempt(proc: _Process, counted: Counted, running: dict, call: Callable[[],
     except RnnexpError as err:
         counted.failed[proc.slot] = err
         counted.samples.pop(proc.slot, None)
-        for other in [pr for pr in running.values() if pr.slot == proc.slot] + [proc]:
+        for other in [pr for pr in running.values() if pr.slot == proc.slot]:
             _end(other, counted, running)  # its configuration has failed: no count is of use
         return None
 

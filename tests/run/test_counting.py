@@ -106,6 +106,16 @@ def test_a_failed_count_fails_its_configuration_only_and_starts_no_more_of_it():
     assert all(c.closed for c in counters.started)
 
 
+def test_a_configuration_failing_in_processes_that_answer_together_fails_once():
+    """Both processes of one configuration answer in the same wait and the first fails: the
+    other ends with it, and the rest goes on."""
+    plans = {0: plan("bench.count_processes=2"), 1: plan()}
+    counters = Counters(fail={0: RnnexpError("verification failed")})
+    counted = counting.count(plans, start=counters.start, together=3)
+    assert set(counted.failed) == {0} and 0 not in counted.samples
+    assert len(counted.samples[1]) == 1 and all(c.closed for c in counters.started)
+
+
 def test_a_counting_process_that_dies_fails_its_configuration():
     counters = Counters(die=1)
     counted = counting.count({0: plan(), 1: plan()}, start=counters.start, together=2)
