@@ -517,11 +517,12 @@ def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = Non
         except OverrideParseException as err:
             raise RnnexpError(f"command line: {one_line(err)}") from None
         app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        fields = _app_fields(cfg)
         if _runs_as_composed(cfg, multirun):
             config = check_values(cfg)
-            if not _uses_hydra_resolver(plain_app := _app_fields(cfg)):
-                CHECKED_RUN.gate(plain_app, config)
-        targets.check_tree("", OmegaConf.to_container(app, resolve=False))
+            if not _uses_hydra_resolver(fields):
+                CHECKED_RUN.gate(fields, config)
+        targets.check_tree("", fields)
         targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
         with hydra_resolvable(cfg):
             plain = OmegaConf.to_container(app, resolve=True)
