@@ -13,7 +13,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 EXIT_USER_ERROR = exit_codes.USER_ERROR
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print_error(message)
     sys.exit(EXIT_USER_ERROR)
 
@@ -303,16 +303,16 @@ def informational(args: argparse.Namespace) -> bool:
                 args.shell_completion)
 
 
-def gate(args: argparse.Namespace) -> list[str]:
-    """The command line checked before Hydra builds anything (rnnexp.app.config_check.gate);
-    returns the overrides to add: credentials a config file holds, handed to Hydra hidden."""
+def gate(args: argparse.Namespace) -> config_check.Gated:
+    """The command line checked before Hydra builds anything (rnnexp.app.config_check.gate):
+    the overrides Hydra composes with (credentials a config file holds, hidden), and a single
+    run's composition."""
     try:
-        overrides = config_check.gate(
+        return config_check.gate(
             args.overrides, multirun=args.multirun, config_path=args.config_path,
             config_dir=args.config_dir, config_name=args.config_name)
     except RnnexpError as err:
         fail(str(err))
-    return overrides[len(args.overrides):]
 
 
 def main() -> None:
@@ -326,13 +326,18 @@ def main() -> None:
         fail("--experimental-rerun: refused — it loads a pickle, which can run any code; "
              "run the command line again instead")
     try:
-        if not informational(args):
-            argv += gate(args)
+        gated = None if informational(args) else gate(args)
+        if gated is not None:
+            argv += gated.overrides[len(args.overrides):]
         # hydra.main reads its command line from sys.argv, and from nowhere else: the one
         # write of it, with the credentials hidden and the gate's overrides added.
         sys.argv[1:] = argv
         with hydra_raising():
-            hydra_main()
+            if gated is not None and gated.composed is not None:  # composed once, by the gate
+                config_check.run(gated, run_job, args.config_path, args.config_dir,
+                                 args.config_name)
+            else:  # a sweep, --help, --cfg ...: Hydra composes
+                hydra_main()
     except (KeyboardInterrupt, Interrupted) as err:
         signum = signals.signum_of(err)
         print_error(f"interrupted by {signal_name(signum)} — " + (

@@ -5,7 +5,8 @@ Three moments, each at a public extension point of Hydra (docs/architecture.md):
 - `gate`, before Hydra starts (rnnexp.app.cli): the command line's grammar and `_target_`s, the
   run/sweep folder, a single run's values (before the `_target_` check imports torch), and
   the `_target_`s of the config Hydra is about to compose — its own node's callbacks,
-  launcher and sweeper are built by Hydra before any plugin of rnnexp runs.
+  launcher and sweeper are built by Hydra before any plugin of rnnexp runs. A single run's
+  composition here is the one it runs with (`run`).
 - `check_composed`, on each job Hydra composed: for a single run from the `RunCheck`
   callback (rnnexp.app.callback) before the run folder exists; for a sweep from rnnexp's
   sweeper (`validate_batch_is_legal`), every job before any runs or any folder is made.
@@ -501,24 +502,41 @@ def _composed(loader: ConfigLoader, name: str, overrides: Sequence[str],
     return loader.load_configuration(name, list(overrides), mode)
 
 
+@dataclasses.dataclass
+class Gated:
+    """What the gate hands on: the overrides Hydra composes the run with (each credential a
+    config file holds replaced by its hidden form), and for a single run that runs as the
+    gate composed it, that composition — the job's one: `run` runs it, and Hydra does not
+    compose it again."""
+
+    overrides: list[str]
+    composed: Optional[DictConfig] = None
+
+
 def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = None,
-         config_dir: str | None = None, config_name: str | None = None) -> list[str]:
+         config_dir: str | None = None, config_name: str | None = None) -> Gated:
     """What must hold before Hydra builds anything: the command line (grammar, `_target_`s,
     its folder), and the config Hydra composes from it (a single run's values, then the
     `_target_`s of its app tree and of Hydra's node). Returns the overrides Hydra must
     compose with so that no credential a config file holds (a URI's password or token) is
-    recorded: each such value replaced by its hidden form (rnnexp.config.credentials)."""
+    recorded — each such value replaced by its hidden form (rnnexp.config.credentials) —
+    and a single run's composition with them (`run` runs it)."""
     check_output_dir(overrides, multirun)
+    name = config_name or CONFIG_NAME
     with one_line_errors(), _searching(config_path, config_dir):
         check_command_line(overrides)
         loader = GlobalHydra.instance().config_loader()
         try:
-            cfg = _composed(loader, config_name or CONFIG_NAME, overrides, multirun)
+            # A single run through the kept compositions: its hidden credentials, if any,
+            # are then set on the same composition rather than composed again.
+            cfg = _composed(loader, name, overrides, multirun) if multirun else \
+                compositions.load(loader, name, overrides)
         except OverrideParseException as err:
             raise RnnexpError(f"command line: {one_line(err)}") from None
         app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         fields = _app_fields(cfg)
-        if _runs_as_composed(cfg, multirun):
+        single = _runs_as_composed(cfg, multirun)
+        if single:
             config = check_values(cfg)
             if not _uses_hydra_resolver(fields):
                 CHECKED_RUN.gate(fields, config)
@@ -526,7 +544,23 @@ def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = Non
         targets.check_hydra(OmegaConf.to_container(cfg.hydra, resolve=False))
         with hydra_resolvable(cfg):
             plain = OmegaConf.to_container(app, resolve=True)
-    return [*overrides, *credentials.hidden_overrides(plain)]
+        hidden = credentials.hidden_overrides(plain)
+        # As hydra.main runs it: the hidden values, and `hydra.mode=RUN` where the config
+        # leaves the mode open, added to the command line.
+        run = [*overrides, *hidden, *(["hydra.mode=RUN"] if cfg.hydra.mode is None else [])]
+        if single and len(run) > len(overrides):
+            cfg = compositions.load(loader, name, run)
+    return Gated([*overrides, *hidden], cfg if single else None)
+
+
+def run(gated: Gated, task_function: Any, config_path: str | None = None,
+        config_dir: str | None = None, config_name: str | None = None) -> None:
+    """A single run's job from the gate's composition, in the Hydra context `hydra.main`
+    would make for it (rnnexp.config.hydra_private.run_composed)."""
+    assert gated.composed is not None
+    with _searching(config_path, config_dir):
+        hydra_private.run_composed(gated.composed, task_function,
+                                   config_name or CONFIG_NAME)
 
 
 def _runs_as_composed(cfg: DictConfig, multirun: bool) -> bool:

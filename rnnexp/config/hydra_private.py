@@ -1,4 +1,4 @@
-"""The three things rnnexp needs from Hydra that Hydra does not export, in one place.
+"""The four things rnnexp needs from Hydra that Hydra does not export, in one place.
 
 Every other module uses Hydra's public API only (plugins, callbacks, the compose API, the
 override parser). What is here has no public equivalent in hydra-core 1.3; the versions it
@@ -13,6 +13,10 @@ so that an upgrade is a deliberate review of these few lines, never a silent bre
   where Hydra does, and a gate that composed from another search path than the run could be
   bypassed by a file that only the run sees.
 - `share_store`: the ConfigStore shared, not deep-copied, by each composition (see there).
+- `run_composed`: a single run's job run from a config composed already — what `Hydra.run`
+  does after its own composition. `hydra.main` composes the job itself and takes no
+  composition; the gate has composed it (to find a config file's credentials and check its
+  values before Hydra records anything), so a run composes once.
 """
 
 from __future__ import annotations
@@ -20,12 +24,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
+from hydra._internal.callbacks import Callbacks
 from hydra._internal.hydra import Hydra
 from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.utils import configure_log, run_job
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
+from hydra.types import HydraContext, RunMode
+from omegaconf import DictConfig, open_dict
 
 # hydra-core releases whose privates below were read: >= first, < second.
 SUPPORTED = ((1, 3), (1, 4))
@@ -69,3 +78,22 @@ def share_store() -> None:
     here). The store hands out a deep copy of a node on every load (ConfigStore.load), so no
     composition can change it, and the copies may share it. Idempotent."""
     ConfigStore.__deepcopy__ = _same  # type: ignore[attr-defined]
+
+
+def run_composed(cfg: DictConfig, task_function: Callable[[DictConfig], Any],
+                 config_name: str) -> None:
+    """`Hydra.run` (hydra/_internal/hydra.py) from its composition on, for `cfg` composed in
+    the current Hydra context (`app_search`): logging configured, the run's callbacks around
+    the job, the job run in its folder; a failed job's exception raised."""
+    configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)
+    if cfg.hydra.mode is None:
+        with open_dict(cfg):
+            cfg.hydra.mode = RunMode.RUN
+    callbacks = Callbacks(cfg)
+    callbacks.on_run_start(config=cfg, config_name=config_name)
+    context = HydraContext(config_loader=GlobalHydra.instance().config_loader(),
+                           callbacks=callbacks)
+    ret = run_job(hydra_context=context, task_function=task_function, config=cfg,
+                  job_dir_key="hydra.run.dir", job_subdir_key=None, configure_logging=True)
+    callbacks.on_run_end(config=cfg, config_name=config_name, job_return=ret)
+    _ = ret.return_value  # raises the job's exception, as Hydra does

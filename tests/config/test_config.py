@@ -175,6 +175,84 @@ def test_a_single_runs_typed_config_goes_from_its_check_to_its_task_once():
     assert slot.take() is None  # a resolver's value may change by the time the task runs
 
 
+def _counting_compositions(monkeypatch) -> list[list[str]]:
+    """Every composition Hydra makes from here on: its overrides."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    composed: list[list[str]] = []
+    load = ConfigLoaderImpl.load_configuration
+
+    def counting(self, config_name, overrides, *args, **kwargs):
+        composed.append(list(overrides))
+        return load(self, config_name, overrides, *args, **kwargs)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counting)
+    return composed
+
+
+def test_a_single_run_is_composed_and_validated_once(tmp_path, monkeypatch, capsys):
+    """`python -m rnnexp ARGS`: the gate's composition is the one the job runs with (Hydra's
+    own path composes twice more: for the mode, then the run), validated once; what Hydra
+    records of it is what its own composition records."""
+    import signal
+    import sys
+
+    from rnnexp.app import cli, config_check
+    from tests.conftest import load_results
+
+    composed = _counting_compositions(monkeypatch)
+    validated = []
+    monkeypatch.setattr(config_check, "validate",
+                        lambda cfg: validated.append(cfg.seed) or validate(cfg))
+    out = tmp_path / "run"
+    args = ["shape=small", "bench=quick", "sinks=[json]", "seed=7", f"hydra.run.dir={out}"]
+    monkeypatch.setattr(sys, "argv", ["rnnexp", *args])
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert exit_.value.code == 0, capsys.readouterr().err
+    assert len(composed) == 1 and validated == [7]  # (its group choices: values go on top)
+    assert load_results(out)["status"] == "ok"
+    recorded = (out / ".hydra" / "hydra.yaml").read_text()
+    assert f"- hydra.run.dir={out}\n    - hydra.mode=RUN\n" in recorded  # as hydra.main adds it
+    assert (out / ".hydra" / "overrides.yaml").read_text().split() == \
+        ["-", "shape=small", "-", "bench=quick", "-", "sinks=[json]", "-", "seed=7"]
+
+
+def test_a_config_file_s_credential_is_hidden_on_the_gate_s_composition(tmp_path, monkeypatch):
+    """A single run whose config file holds a password: the composition the job runs with
+    has it hidden, recorded as a hidden override — and Hydra composed once."""
+    from rnnexp.app import config_check
+    from rnnexp.config import credentials
+
+    folder = tmp_path / "experiment"
+    folder.mkdir()
+    (folder / "store.yaml").write_text(
+        "# @package _global_\nsinks:\n  mlflow:\n    uri: 'http://admin:s3cret@127.0.0.1:9'\n")
+    composed = _counting_compositions(monkeypatch)
+    args = [f"hydra.searchpath=[file://{tmp_path}]", "+experiment=store",
+            f"hydra.run.dir={tmp_path}/run", "seed=11"]  # seed: no composition kept for it
+    gated = config_check.gate(args, multirun=False)
+    assert len(composed) == 1
+    assert gated.composed is not None
+    uri = str(gated.composed.sinks.mlflow.uri)
+    assert "s3cret" not in uri and credentials.reveal(uri) == "http://admin:s3cret@127.0.0.1:9"
+    assert gated.overrides[:len(args)] == args
+    assert [o.split("=")[0] for o in gated.overrides[len(args):]] == ["sinks.mlflow.uri"]
+    assert list(gated.composed.hydra.overrides.task)[-1].startswith("sinks.mlflow.uri=")
+    assert list(gated.composed.hydra.overrides.hydra)[-1] == "hydra.mode=RUN"
+
+
+def test_a_sweep_is_left_to_hydra_to_compose():
+    from rnnexp.app import config_check
+
+    assert config_check.gate(["seed=1,2"], multirun=True).composed is None
+
+
 def test_a_single_run_is_validated_once_from_the_gate_to_its_task(monkeypatch):
     """The gate validates a single run's values; the check of the config Hydra composes takes
     that typed config when the app's fields are the same, and validates what differs."""

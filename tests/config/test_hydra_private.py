@@ -34,6 +34,23 @@ def test_the_private_names_have_the_signatures_used():
         assert hasattr(args, name), name
 
 
+def test_hydra_s_run_is_what_run_composed_repeats():
+    """`run_composed` is `Hydra.run` after its composition: the same calls, in that order."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra._internal.hydra import Hydra
+    from hydra.core.utils import run_job
+
+    source = inspect.getsource(Hydra.run)
+    calls = ["self.compose_config(", "Callbacks(cfg)", "callbacks.on_run_start(", "run_job(",
+             'job_dir_key="hydra.run.dir"', "job_subdir_key=None",
+             "callbacks.on_run_end(", "ret.return_value"]
+    at = [source.find(c) for c in calls]
+    assert -1 not in at and at == sorted(at), dict(zip(calls, at, strict=True))
+    assert list(inspect.signature(Callbacks).parameters) == ["config"]
+    assert {"task_function", "config", "job_dir_key", "job_subdir_key", "hydra_context",
+            "configure_logging"} == set(inspect.signature(run_job).parameters)
+
+
 def test_the_store_is_shared_by_copies():
     hydra_private.share_store()
     store = ConfigStore.instance()
