@@ -91,12 +91,12 @@ def test_refusals_shared_by_several_models_are_one_footnote():
     assert sum("needs a CUDA build" in n for n in notes) == 1
 
 
+@pytest.mark.slow  # a docs check: 4 × 7 real plans, ~13 CPU-s
 def test_the_docs_example_is_what_the_command_prints_here():
     """docs/backends.md shows `matrix --models lstm,py,jit,gru` on a CPU-only torch 2.13.0
     build: the page and the command must not drift apart."""
     import re
 
-    import pytest
     import torch
 
     if torch.__version__ != "2.13.0+cpu":

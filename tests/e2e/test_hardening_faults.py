@@ -93,19 +93,6 @@ def test_signal_kills_the_isolated_child_and_records_killed(signum, tmp_path):
         assert load_results(tmp_path / "sweep" / folder)["status"] == "interrupted"
 
 
-def test_concurrent_first_runs_on_a_fresh_store_are_all_recorded(tmp_path):
-    uri = f"sqlite:///{tmp_path}/fresh.db"
-    procs = [start(*TINY, f"seed={i}", f"hydra.run.dir={tmp_path}/run{i}", tmp=tmp_path,
-                   env={"MLFLOW_TRACKING_URI": uri}) for i in range(3)]
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err
-        assert "not reachable" not in err
-    runs = runs_in(uri)
-    assert sorted(r.data.params["seed"] for r in runs) == ["0", "1", "2"]
-    assert all(r.info.status == "FINISHED" for r in runs)
-
-
 def test_sweep_mixing_out_of_memory_good_unsupported_too_large_crashing_and_wrong_jobs(
         tmp_path, migrated_store):
     """Every job recorded with its status, one line per crash with the real exception, an
@@ -324,18 +311,26 @@ def test_an_unwritable_run_folder_is_one_line_before_anything_runs(where, tmp_pa
 
 
 @pytest.mark.slow
-def test_concurrent_sweeps_on_a_fresh_store_are_all_recorded(tmp_path):
+def test_concurrent_runs_and_sweeps_on_a_fresh_store_are_all_recorded(tmp_path):
+    """Two single runs and two sweeps started together on a store none of them finds: each
+    creates it or waits for it, and every run lands."""
     uri = f"sqlite:///{tmp_path}/fresh.db"
-    procs = [start("-m", *TINY, f"seed={2 * i},{2 * i + 1}",
-                   f"hydra.sweep.dir={tmp_path}/sweep{i}", tmp=tmp_path,
-                   env={"MLFLOW_TRACKING_URI": uri}) for i in range(2)]
+    env = {"MLFLOW_TRACKING_URI": uri}
+    procs = [start(*TINY, f"seed={i}", f"hydra.run.dir={tmp_path}/run{i}", tmp=tmp_path,
+                   env=env) for i in (10, 11)]
+    procs += [start("-m", *TINY, f"seed={2 * i},{2 * i + 1}",
+                    f"hydra.sweep.dir={tmp_path}/sweep{i}", tmp=tmp_path, env=env)
+              for i in range(2)]
     for proc in procs:
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err
+        assert "not reachable" not in err
     runs = runs_in(uri)
     kinds = sorted(r.data.tags["rnnexp.kind"] for r in runs)
-    assert kinds == ["job"] * 4 + ["sweep"] * 2
+    assert kinds == ["job"] * 6 + ["sweep"] * 2
     parents = {r.info.run_id for r in runs if r.data.tags["rnnexp.kind"] == "sweep"}
-    assert {r.data.tags["mlflow.parentRunId"] for r in runs
-            if r.data.tags["rnnexp.kind"] == "job"} == parents
+    swept = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert {r.data.tags["mlflow.parentRunId"] for r in swept} == parents and len(swept) == 4
+    assert sorted(r.data.params["seed"] for r in runs if r.data.tags["rnnexp.kind"] == "job") \
+        == ["0", "1", "10", "11", "2", "3"]
     assert all(r.info.status == "FINISHED" for r in runs)
