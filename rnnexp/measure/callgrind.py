@@ -138,9 +138,36 @@ def command(out_prefix: Path) -> list[str]:
             f"--callgrind-out-file={out_prefix}"]
 
 
+DUMPS_PREFIX = "rnnexp-callgrind-"
+
+
 def out_prefix() -> Path:
-    """A fresh folder's dump prefix for one counting worker."""
-    return Path(tempfile.mkdtemp(prefix="rnnexp-callgrind-")) / "callgrind.out"
+    """A fresh folder's dump prefix for one counting worker, named after this process (the
+    one that removes it when the worker ends). Folders left by processes that are gone — a
+    SIGKILLed sweep cannot remove its workers' — are removed first."""
+    remove_orphans(Path(tempfile.gettempdir()))
+    return Path(tempfile.mkdtemp(prefix=f"{DUMPS_PREFIX}{os.getpid()}-")) / "callgrind.out"
+
+
+def remove_orphans(folder: Path) -> list[Path]:
+    """The dump folders under `folder` whose owner process no longer runs, removed."""
+    removed = []
+    for path in folder.glob(f"{DUMPS_PREFIX}*-*"):
+        owner = path.name[len(DUMPS_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not _running(int(owner)) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: running
+        return True
+    return True
 
 
 def total(path: Path) -> int:

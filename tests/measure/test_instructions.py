@@ -148,3 +148,20 @@ def test_a_counted_sweep_records_counts_and_the_gate_catches_a_planted_change(ru
     assert [" fwd " in ln for ln in lines].count(True) == 1  # seq 9 over seq 8, each phase
     assert [" bwd " in ln for ln in lines].count(True) == 1
     assert all("instruction counts" in ln for ln in lines)
+
+
+def test_dump_folders_of_processes_that_are_gone_are_removed(tmp_path):
+    """A SIGKILLed sweep leaves its counting workers' dump folders; the next counting worker's
+    folder is made after removing those whose owner no longer runs — never a running one's."""
+    from rnnexp.measure import callgrind
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = tmp_path / f"{callgrind.DUMPS_PREFIX}{gone.stdout.strip()}-x1"
+    mine = tmp_path / f"{callgrind.DUMPS_PREFIX}{os.getpid()}-x2"
+    other = tmp_path / f"{callgrind.DUMPS_PREFIX}keep"  # not named after a process
+    for folder in (dead, mine, other):
+        folder.mkdir()
+        (folder / "callgrind.out.1").write_text("x")
+    assert callgrind.remove_orphans(tmp_path) == [dead]
+    assert not dead.exists() and mine.is_dir() and other.is_dir()
