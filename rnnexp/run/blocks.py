@@ -100,12 +100,15 @@ def threads_of(p: job.Plan) -> int:
 
 def at_once(plans: Sequence[job.Plan], workers: int, cores: int = 0) -> int:
     """How many workers build, verify and warm up side by side: as many as their threads fit
-    on the cores, one core left to this process. Side by side beyond that, their OpenMP
-    threads spin against each other and every set-up takes longer than one after the
-    other. Timing is never side by side (rnnexp.run.interleave)."""
+    on the cores. Side by side beyond that, their OpenMP threads spin against each other and
+    every set-up takes longer than one after the other. No core is kept for this process:
+    while workers set up it waits on them (and tells the sinks the sweep starts, in a
+    thread); fastrnns' CPU set at one thread on two cores took 33–37 s with two set-ups at
+    once against 48–50 s one after the other (docs/benchmarks.md). Timing is never side by
+    side (rnnexp.run.interleave)."""
     cores = cores or environment.usable_cores()
     per = max((threads_of(p) for p in plans), default=1)
-    return max(1, min(workers, (cores - 1) // per if cores > per else 1))
+    return max(1, min(workers, cores // per))
 
 
 def workers_of(plans: Sequence[job.Plan]) -> int:

@@ -209,9 +209,12 @@ def test_set_up_runs_side_by_side_as_the_cores_allow(monkeypatch):
 def test_how_many_set_up_at_once():
     cpu, gpu_like = plan("model=lstm", "backend=aten"), plan("bench.num_threads=1")
     assert blocks.at_once([cpu], workers=4, cores=2) == 1  # every core to each worker
-    assert blocks.at_once([gpu_like], workers=4, cores=2) == 1  # one core left to the job
+    two = plan("model=lstm", "backend=aten", "bench.num_threads=2")
+    assert blocks.at_once([two], workers=4, cores=5) == 2  # two threads each: two fit
+    assert blocks.at_once([gpu_like], workers=4, cores=2) == 2  # a thread each: one a core
     assert blocks.at_once([gpu_like], workers=4, cores=16) == 4
-    assert blocks.at_once([gpu_like], workers=40, cores=16) == 15
+    assert blocks.at_once([gpu_like], workers=40, cores=16) == 16
+    assert blocks.at_once([gpu_like, cpu], workers=4, cores=2) == 1  # the most threads
 
 
 def test_an_error_ends_its_configuration_alone_and_frees_its_other_processes():
