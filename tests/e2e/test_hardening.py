@@ -197,6 +197,7 @@ def test_bad_input_is_one_line_exit_2_nothing_recorded(args, field, tmp_path, ca
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.slow  # 24 real processes, ~29 CPU-s; every case runs in-process above
 def test_bad_input_through_python_m_rnnexp(tmp_path):
     """The subset as real `python -m rnnexp` processes, started together."""
     procs = []
