@@ -184,3 +184,21 @@ def mlflow_server(tmp_path, migrated_store):
     migrated_store(tmp_path / "server.db")
     with serving_mlflow(tmp_path) as uri:
         yield uri
+
+
+def in_process(args: list[str], capsys, monkeypatch):
+    """`python -m rnnexp ARGS` through `rnnexp.app.cli.main` in this process: its exit
+    status and what it printed (its signal handlers put back)."""
+    import signal
+
+    from rnnexp.app import cli
+
+    monkeypatch.setattr(sys, "argv", ["rnnexp", *args])
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    return exit_.value.code, capsys.readouterr()

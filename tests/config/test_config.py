@@ -194,11 +194,8 @@ def test_a_single_run_is_composed_and_validated_once(tmp_path, monkeypatch, caps
     """`python -m rnnexp ARGS`: the gate's composition is the one the job runs with (Hydra's
     own path composes twice more: for the mode, then the run), validated once; what Hydra
     records of it is what its own composition records."""
-    import signal
-    import sys
-
-    from rnnexp.app import cli, config_check
-    from tests.conftest import load_results
+    from rnnexp.app import config_check
+    from tests.conftest import in_process, load_results
 
     composed = _counting_compositions(monkeypatch)
     validated = []
@@ -206,15 +203,8 @@ def test_a_single_run_is_composed_and_validated_once(tmp_path, monkeypatch, caps
                         lambda cfg: validated.append(cfg.seed) or validate(cfg))
     out = tmp_path / "run"
     args = ["shape=small", "bench=quick", "sinks=[json]", "seed=7", f"hydra.run.dir={out}"]
-    monkeypatch.setattr(sys, "argv", ["rnnexp", *args])
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with pytest.raises(SystemExit) as exit_:
-            cli.main()
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-    assert exit_.value.code == 0, capsys.readouterr().err
+    code, printed = in_process(args, capsys, monkeypatch)
+    assert code == 0, printed.err
     assert len(composed) == 1 and validated == [7]  # (its group choices: values go on top)
     assert load_results(out)["status"] == "ok"
     recorded = (out / ".hydra" / "hydra.yaml").read_text()

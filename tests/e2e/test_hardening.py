@@ -9,15 +9,13 @@ a representative subset also runs as real `python -m rnnexp` processes, started 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from rnnexp.app import cli
-from tests.conftest import ROOT
+from tests.conftest import ROOT, in_process
 
 # (command-line arguments, text the one error line must contain — the field it names)
 BAD_INPUTS = [
@@ -163,20 +161,6 @@ def with_dirs(args: list[str], tmp: Path) -> list[str]:
     if any(a.startswith(key + "=") for a in args):
         return list(args)
     return [*args, f"{key}={tmp}/out"]
-
-
-def in_process(args: list[str], capsys, monkeypatch):
-    """`python -m rnnexp ARGS` through `rnnexp.app.cli.main` in this process: its exit
-    status and what it printed."""
-    monkeypatch.setattr(sys, "argv", ["rnnexp", *args])
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with pytest.raises(SystemExit) as exit_:
-            cli.main()
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-    return exit_.value.code, capsys.readouterr()
 
 
 @pytest.mark.parametrize("args, field", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
