@@ -550,7 +550,9 @@ def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = Non
         run = [*overrides, *hidden, *(["hydra.mode=RUN"] if cfg.hydra.mode is None else [])]
         if single and len(run) > len(overrides):
             cfg = compositions.load(loader, name, run)
-    return Gated([*overrides, *hidden], cfg if single else None)
+    # hydra.verbose: Hydra's debug listing (plugins, search path, defaults tree) comes from
+    # its own composition — that diagnostic run goes through hydra.main.
+    return Gated([*overrides, *hidden], cfg if single and not cfg.hydra.verbose else None)
 
 
 def run(gated: Gated, task_function: Any, config_path: str | None = None,

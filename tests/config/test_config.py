@@ -237,10 +237,14 @@ def test_a_config_file_s_credential_is_hidden_on_the_gate_s_composition(tmp_path
     assert list(gated.composed.hydra.overrides.hydra)[-1] == "hydra.mode=RUN"
 
 
-def test_a_sweep_is_left_to_hydra_to_compose():
+def test_a_sweep_and_a_verbose_run_are_left_to_hydra_to_compose():
+    """A sweep's jobs are composed by the sweeper; Hydra's debug listing (hydra.verbose)
+    comes from its own composition."""
     from rnnexp.app import config_check
 
     assert config_check.gate(["seed=1,2"], multirun=True).composed is None
+    assert config_check.gate(["hydra.verbose=true"], multirun=False).composed is None
+    assert config_check.gate(["hydra.verbose=false"], multirun=False).composed is not None
 
 
 def test_a_single_run_is_validated_once_from_the_gate_to_its_task(monkeypatch):
