@@ -305,7 +305,7 @@ def informational(args: argparse.Namespace) -> bool:
 
 def gate(args: argparse.Namespace) -> config_check.Gated:
     """The command line checked before Hydra builds anything (rnnexp.app.config_check.gate):
-    the overrides Hydra composes with (credentials a config file holds, hidden), and a single
+    the overrides Hydra must add (credentials a config file holds, hidden), and a single
     run's composition."""
     try:
         return config_check.gate(
@@ -328,7 +328,7 @@ def main() -> None:
     try:
         gated = None if informational(args) else gate(args)
         if gated is not None:
-            argv += gated.overrides[len(args.overrides):]
+            argv += gated.hidden
         # hydra.main reads its command line from sys.argv, and from nowhere else: the one
         # write of it, with the credentials hidden and the gate's overrides added.
         sys.argv[1:] = argv

@@ -504,12 +504,12 @@ def _composed(loader: ConfigLoader, name: str, overrides: Sequence[str],
 
 @dataclasses.dataclass
 class Gated:
-    """What the gate hands on: the overrides Hydra composes the run with (each credential a
-    config file holds replaced by its hidden form), and for a single run that runs as the
-    gate composed it, that composition — the job's one: `run` runs it, and Hydra does not
-    compose it again."""
+    """What the gate hands on: the overrides Hydra must compose the run with besides the
+    command line's (each credential a config file holds, in its hidden form), and for a
+    single run that runs as the gate composed it, that composition — the job's one: `run`
+    runs it, and Hydra does not compose it again."""
 
-    overrides: list[str]
+    hidden: list[str]
     composed: Optional[DictConfig] = None
 
 
@@ -517,10 +517,10 @@ def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = Non
          config_dir: str | None = None, config_name: str | None = None) -> Gated:
     """What must hold before Hydra builds anything: the command line (grammar, `_target_`s,
     its folder), and the config Hydra composes from it (a single run's values, then the
-    `_target_`s of its app tree and of Hydra's node). Returns the overrides Hydra must
-    compose with so that no credential a config file holds (a URI's password or token) is
-    recorded — each such value replaced by its hidden form (rnnexp.config.credentials) —
-    and a single run's composition with them (`run` runs it)."""
+    `_target_`s of its app tree and of Hydra's node). Returns the overrides Hydra must add
+    so that no credential a config file holds (a URI's password or token) is recorded —
+    each such value replaced by its hidden form (rnnexp.config.credentials) — and a single
+    run's composition with them (`run` runs it)."""
     check_output_dir(overrides, multirun)
     name = config_name or CONFIG_NAME
     with one_line_errors(), _searching(config_path, config_dir):
@@ -552,7 +552,7 @@ def gate(overrides: Sequence[str], multirun: bool, config_path: str | None = Non
             cfg = compositions.load(loader, name, run)
     # hydra.verbose: Hydra's debug listing (plugins, search path, defaults tree) comes from
     # its own composition — that diagnostic run goes through hydra.main.
-    return Gated([*overrides, *hidden], cfg if single and not cfg.hydra.verbose else None)
+    return Gated(hidden, cfg if single and not cfg.hydra.verbose else None)
 
 
 def run(gated: Gated, task_function: Any, config_path: str | None = None,
