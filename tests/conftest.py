@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -81,6 +82,48 @@ def run_cli(tmp_path, migrated_store):
                     "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", **(env or {})}
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                               env=full_env)
+
+    return _run
+
+
+def rnnexp_here(*argv: str, store: str) -> subprocess.CompletedProcess:
+    """`python -m rnnexp ARGV` in this process, recording to `store` (an MLflow URI): a
+    CompletedProcess of its exit status and what it printed. For a test or fixture whose
+    subject is not the process (its signals, its exit, its streams as a parent reads them,
+    the machine around it): it skips the two imports of torch and MLflow and the fork server
+    a real process pays (~7 of its ~9 CPU-s), since this process and its fork server have
+    them. No other environment: workers come from the fork server this process keeps, with
+    the environment it started with — a test that sets variables runs a real process."""
+    out, err = io.StringIO(), io.StringIO()
+    environ, threads = dict(os.environ), torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        patch.setenv("MLFLOW_TRACKING_URI", store)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main_here(argv)
+        finally:  # what the run set for itself: a credential's variables, threads
+            os.environ.clear()
+            os.environ.update(environ)
+            torch.set_num_threads(threads)
+    if isinstance(code, str):  # printed by the interpreter as it exits
+        err.write(code + "\n")
+    return subprocess.CompletedProcess(["rnnexp", *argv], code if isinstance(code, int) else
+                                       int(code is not None), out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def run_here(tmp_path, migrated_store):
+    """`run_cli` in this process (`rnnexp_here`): the same arguments, folders and store."""
+
+    def _run(*args: str, multirun: bool = False, store: bool = True
+             ) -> subprocess.CompletedProcess:
+        dirs = [f"hydra.sweep.dir={tmp_path}/sweep"] if multirun else \
+            [f"hydra.run.dir={tmp_path}/run"]
+        if store and not (tmp_path / "mlflow.db").exists():
+            migrated_store(tmp_path / "mlflow.db")
+        return rnnexp_here(*(["-m"] if multirun else []), *args, *dirs,
+                           store=f"sqlite:///{tmp_path}/mlflow.db")
 
     return _run
 
@@ -186,19 +229,24 @@ def mlflow_server(tmp_path, migrated_store):
         yield uri
 
 
-def in_process(args: list[str], capsys, monkeypatch):
-    """`python -m rnnexp ARGS` through `rnnexp.app.cli.main` in this process: its exit
-    status and what it printed (its signal handlers put back)."""
+def main_here(args: Sequence[str]) -> object:
+    """`python -m rnnexp ARGS` through `rnnexp.app.cli.main` in this process: its exit code
+    (as SystemExit carries it), its signal handlers put back."""
     import signal
 
     from rnnexp.app import cli
 
-    monkeypatch.setattr(sys, "argv", ["rnnexp", *args])
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with pytest.raises(SystemExit) as exit_:
+        with pytest.MonkeyPatch.context() as patch, pytest.raises(SystemExit) as exit_:
+            patch.setattr(sys, "argv", ["rnnexp", *args])
             cli.main()
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    return exit_.value.code, capsys.readouterr()
+    return exit_.value.code
+
+
+def in_process(args: list[str], capsys):
+    """`main_here`: its exit status and what it printed."""
+    return main_here(args), capsys.readouterr()

@@ -254,18 +254,11 @@ def test_holm_adjusts_in_step_down_order():
 @pytest.fixture(scope="module")
 def real_sweep(tmp_path_factory):
     """One real two-job sweep folder (shared; tests copy it before changing anything)."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
+    from tests.conftest import rnnexp_here
 
     tmp = tmp_path_factory.mktemp("sweep")
-    env = {**os.environ, "PYTHONWARNINGS": "ignore",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"}
-    proc = subprocess.run([sys.executable, "-m", "rnnexp", "-m", *SWEEP, "sinks=[json]",
-                           f"hydra.sweep.dir={tmp}/sweep"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = rnnexp_here("-m", *SWEEP, "sinks=[json]", f"hydra.sweep.dir={tmp}/sweep",
+                       store=f"sqlite:///{tmp}/mlflow.db")
     assert proc.returncode == 0, proc.stderr
     return tmp / "sweep"
 
@@ -373,9 +366,9 @@ def test_the_chart_is_named_by_what_it_shows(real_sweep, tmp_path, capsys, monke
 
 
 @pytest.mark.slow
-def test_two_real_sweeps_compare_a_b_through_the_cli_and_the_store(run_cli, tmp_path, capsys):
+def test_two_real_sweeps_compare_a_b_through_the_cli_and_the_store(run_here, tmp_path, capsys):
     for name in ("A", "B"):
-        proc = run_cli(*SWEEP, multirun=True)
+        proc = run_here(*SWEEP, multirun=True)
         assert proc.returncode == 0, proc.stderr
         shutil.move(tmp_path / "sweep", tmp_path / name)
     rc, out, err = run_compare(capsys, str(tmp_path / "B"), "--against", str(tmp_path / "A"),

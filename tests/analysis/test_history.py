@@ -12,8 +12,6 @@ import dataclasses
 import math
 import os
 import re
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from rnnexp.machine.platform import Platform
 from rnnexp.results import exit_codes
 from rnnexp.results.result import CountStats, Instructions, Result
 from tests.browser import open_report
-from tests.conftest import ROOT, TINY
+from tests.conftest import TINY, rnnexp_here
 
 RUNS, PROCESSES = 60, 3
 
@@ -92,12 +90,9 @@ def test_too_short_a_series_has_no_change():
 def real_run(tmp_path_factory) -> Path:
     """One real three-process run's folder (copies are varied, never it)."""
     tmp = tmp_path_factory.mktemp("run")
-    env = {**os.environ, "PYTHONWARNINGS": "ignore",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"}
-    proc = subprocess.run([sys.executable, "-m", "rnnexp", "model=lstm", "backend=aten", *TINY,
-                           "bench.processes=3", "bench.num_threads=1", "bench.roofline=false",
-                           "sinks=[json]", f"hydra.run.dir={tmp}/run"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = rnnexp_here("model=lstm", "backend=aten", *TINY, "bench.processes=3",
+                       "bench.num_threads=1", "bench.roofline=false", "sinks=[json]",
+                       f"hydra.run.dir={tmp}/run", store=f"sqlite:///{tmp}/mlflow.db")
     assert proc.returncode == 0, proc.stderr
     return tmp / "run"
 

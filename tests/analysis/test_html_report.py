@@ -11,11 +11,8 @@ import base64
 import gzip
 import json
 import math
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +27,7 @@ from rnnexp.results import exit_codes
 from rnnexp.results.result import INVALID, OK, UNSUPPORTED, Interleaving, phase_stats
 from rnnexp.results.sinks import load_jobs
 from tests.browser import open_report
-from tests.conftest import ROOT, TINY
+from tests.conftest import TINY, rnnexp_here
 
 SWEEP = ["model=lstm,jit,quantized_lstm", "backend=aten,te", "device=cpu", *TINY]
 ROUNDS, PER_ROUND = 8, 4
@@ -42,10 +39,8 @@ def real_sweep(tmp_path_factory):
     its stdout)."""
     tmp = tmp_path_factory.mktemp("report-sweep")
     uri = f"sqlite:///{tmp}/mlflow.db"
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "MLFLOW_TRACKING_URI": uri}
-    proc = subprocess.run([sys.executable, "-m", "rnnexp", "-m", *SWEEP,
-                           "sinks=[json,console,report,mlflow]", f"hydra.sweep.dir={tmp}/sweep"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    proc = rnnexp_here("-m", *SWEEP, "sinks=[json,console,report,mlflow]",
+                       f"hydra.sweep.dir={tmp}/sweep", store=uri)
     assert proc.returncode == 0, proc.stderr
     return tmp / "sweep", uri, proc.stdout
 

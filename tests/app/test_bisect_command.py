@@ -76,17 +76,12 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def real_result(tmp_path_factory):
     """One real quick run's result (copies are varied into probe sweeps)."""
-    import os
-    import subprocess
-
     from rnnexp.results.result import Result
-    from tests.conftest import ROOT, TINY
+    from tests.conftest import TINY, rnnexp_here
 
     tmp = tmp_path_factory.mktemp("run")
-    proc = subprocess.run([sys.executable, "-m", "rnnexp", "model=lstm", "backend=aten", *TINY,
-                           "bench.roofline=false", "sinks=[json]", f"hydra.run.dir={tmp}/run"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = rnnexp_here("model=lstm", "backend=aten", *TINY, "bench.roofline=false",
+                       "sinks=[json]", f"hydra.run.dir={tmp}/run", store=f"sqlite:///{tmp}/x.db")
     assert proc.returncode == 0, proc.stderr
     return Result.load(tmp / "run" / "results.json")
 

@@ -57,8 +57,8 @@ def test_a_bad_job_among_globbed_ones_names_its_field():
 
 
 @pytest.mark.slow
-def test_a_glob_sweep_runs_through_the_cli(run_cli, tmp_path):
-    proc = run_cli("model=glob(jit_premul*)", *TINY, multirun=True)
+def test_a_glob_sweep_runs_through_the_cli(run_here, tmp_path):
+    proc = run_here("model=glob(jit_premul*)", *TINY, multirun=True)
     assert proc.returncode == 0, proc.stderr
     results = [json.loads(p.read_text())
                for p in sorted((tmp_path / "sweep").glob("*/results.json"))]

@@ -198,11 +198,11 @@ def test_torchscript_backends_ask_for_isolation_and_others_do_not():
 # --- isolation: each sweep job runs under its own executor ---------------------------------
 
 @pytest.mark.slow
-def test_sweep_jobs_each_run_their_own_executor(run_cli, tmp_path):
+def test_sweep_jobs_each_run_their_own_executor(run_here, tmp_path):
     # Inside one process, a legacy/simple job after a profiling one keeps running
     # profiling-executor graphs; each job must show its own executor's graph.
     order = ["profiling", "legacy", "simple"]
-    proc = run_cli("model=jit", "backend=jit", f"backend.executor={','.join(order)}", *TINY,
+    proc = run_here("model=jit", "backend=jit", f"backend.executor={','.join(order)}", *TINY,
                    multirun=True)
     assert proc.returncode == 0, proc.stderr
     results = [json.loads((tmp_path / "sweep" / str(i) / "results.json").read_text())

@@ -203,7 +203,7 @@ def test_a_single_run_is_composed_and_validated_once(tmp_path, monkeypatch, caps
                         lambda cfg: validated.append(cfg.seed) or validate(cfg))
     out = tmp_path / "run"
     args = ["shape=small", "bench=quick", "sinks=[json]", "seed=7", f"hydra.run.dir={out}"]
-    code, printed = in_process(args, capsys, monkeypatch)
+    code, printed = in_process(args, capsys)
     assert code == 0, printed.err
     assert len(composed) == 1 and validated == [7]  # (its group choices: values go on top)
     assert load_results(out)["status"] == "ok"

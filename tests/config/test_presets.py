@@ -112,10 +112,10 @@ RUNS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_preset_runs(preset, run_cli, tmp_path):
+def test_every_preset_runs(preset, run_here, tmp_path):
     shape = [] if preset == "deepbench" else ["shape=small"]
-    proc = run_cli(f"+experiment={preset}", *shape, "bench=quick", "sinks=[json]",
-                   *RUNS[preset], multirun=True, timeout=600)
+    proc = run_here(f"+experiment={preset}", *shape, "bench=quick", "sinks=[json]",
+                   *RUNS[preset], multirun=True)
     assert proc.returncode == 0, proc.stderr
     results = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/results.json")]
     assert results, proc.stderr

@@ -170,7 +170,7 @@ def test_bad_input_is_one_line_exit_2_nothing_recorded(args, field, tmp_path, ca
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
     monkeypatch.chdir(tmp_path)  # a relative file named by a bad config lands here
     (tmp_path / "victim.txt").write_text("keep me")
-    code, out = in_process(with_dirs(args, tmp_path), capsys, monkeypatch)
+    code, out = in_process(with_dirs(args, tmp_path), capsys)
     assert code == 2, out.err
     line = one_error_line(out.err)
     assert field in line
@@ -248,7 +248,7 @@ def test_callback_from_any_config_source_runs_nothing(source, tmp_path, capsys, 
     else:
         args = [f"hydra.searchpath=[file://{folder}]", "+experiment=evil"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
-    code, out = in_process([*args, f"hydra.run.dir={tmp_path}/out"], capsys, monkeypatch)
+    code, out = in_process([*args, f"hydra.run.dir={tmp_path}/out"], capsys)
     assert code == 2, out.err
     assert "hydra.callbacks.evil._target_" in one_error_line(out.err)
     assert "Traceback" not in out.err + out.out

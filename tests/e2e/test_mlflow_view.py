@@ -47,8 +47,8 @@ def test_run_names_say_the_backend_that_ran_and_what_else_tells_jobs_apart():
 
 
 @pytest.fixture
-def recorded(run_cli, mlflow_server):
-    proc = run_cli(*SWEEP, f"sinks.mlflow.uri={mlflow_server}", multirun=True)
+def recorded(run_here, mlflow_server):
+    proc = run_here(*SWEEP, f"sinks.mlflow.uri={mlflow_server}", multirun=True)
     assert proc.returncode == 0, proc.stderr
     (link,) = [ln.split()[1] for ln in proc.stdout.splitlines() if ln.startswith("MLflow: ")]
     return mlflow_server, link

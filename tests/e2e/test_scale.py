@@ -135,14 +135,14 @@ def test_resume_skips_what_finished_and_reruns_what_was_killed(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_does_not_skip_another_code_version(tmp_path, run_cli):
-    proc = run_cli(*TINY, "model=lstm,gru", "sinks=[json]", multirun=True)
+def test_resume_does_not_skip_another_code_version(tmp_path, run_here):
+    proc = run_here(*TINY, "model=lstm,gru", "sinks=[json]", multirun=True)
     assert proc.returncode == 0, proc.stderr
     results = tmp_path / "sweep" / "0" / "results.json"
     data = json.loads(results.read_text())
     data["git_commit"] = "0" * 40  # measured by another commit
     results.write_text(json.dumps(data))
-    again = run_cli(*TINY, "model=lstm,gru", "sinks=[json]", "resume=true", multirun=True)
+    again = run_here(*TINY, "model=lstm,gru", "sinks=[json]", "resume=true", multirun=True)
     assert again.returncode == 0, again.stderr
     assert "resume: 1 of 2 jobs already measured" in " ".join(again.stderr.split())
     assert json.loads(results.read_text())["git_commit"] != "0" * 40  # job 0 ran again

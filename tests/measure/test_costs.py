@@ -114,8 +114,8 @@ def test_the_resident_set_meter_sees_memory_a_phase_takes():
 # --- recorded for real ------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_forward_backward_jit_run_records_memory_start_up_and_metrics(run_cli, tmp_path):
-    proc = run_cli(*TINY, *MEASURABLE, "model=jit", "backend=jit", "device=cpu",
+def test_a_forward_backward_jit_run_records_memory_start_up_and_metrics(run_here, tmp_path):
+    proc = run_here(*TINY, *MEASURABLE, "model=jit", "backend=jit", "device=cpu",
                    "sinks=[json,console,mlflow]", "sinks.console.wide=true")
     assert proc.returncode == 0, proc.stderr
     result = load_results(tmp_path / "run")
@@ -142,8 +142,8 @@ def test_a_forward_backward_jit_run_records_memory_start_up_and_metrics(run_cli,
 
 
 def test_a_forward_only_run_has_no_backward_memory_and_an_eager_one_compiles_nothing(
-        run_cli, tmp_path):
-    proc = run_cli(*TINY, *MEASURABLE, "model=lstm", "backend=aten", "device=cpu",
+        run_here, tmp_path):
+    proc = run_here(*TINY, *MEASURABLE, "model=lstm", "backend=aten", "device=cpu",
                    "bench.backward=false", "sinks=[json]")
     assert proc.returncode == 0, proc.stderr
     result = load_results(tmp_path / "run")
@@ -153,15 +153,15 @@ def test_a_forward_only_run_has_no_backward_memory_and_an_eager_one_compiles_not
     assert len(start["untimed_calls_ms"]) == 1 and start["steady_ms"] > 0
 
 
-def test_bench_memory_false_measures_no_memory(run_cli, tmp_path):
-    proc = run_cli(*TINY, "model=lstm", "backend=aten", "device=cpu", "bench.memory=false",
+def test_bench_memory_false_measures_no_memory(run_here, tmp_path):
+    proc = run_here(*TINY, "model=lstm", "backend=aten", "device=cpu", "bench.memory=false",
                    "sinks=[json]")
     assert proc.returncode == 0, proc.stderr
     assert load_results(tmp_path / "run")["memory"] is None
 
 
-def test_results_of_earlier_versions_load_without_memory_or_start_up(run_cli, tmp_path):
-    proc = run_cli(*TINY, "model=lstm", "backend=aten", "device=cpu", "sinks=[json]")
+def test_results_of_earlier_versions_load_without_memory_or_start_up(run_here, tmp_path):
+    proc = run_here(*TINY, "model=lstm", "backend=aten", "device=cpu", "sinks=[json]")
     assert proc.returncode == 0, proc.stderr
     data = load_results(tmp_path / "run")
     fresh = Result.from_json(data)
@@ -177,11 +177,11 @@ def test_results_of_earlier_versions_load_without_memory_or_start_up(run_cli, tm
 
 
 @pytest.mark.slow
-def test_inductor_records_its_compile_and_compare_shows_the_break_even(run_cli, tmp_path):
+def test_inductor_records_its_compile_and_compare_shows_the_break_even(run_here, tmp_path):
     # Two steps keep the unrolled loop (and the compile) short; model=jit is scripted under
     # aten and compiled from its eager form under inductor.
-    proc = run_cli(*TINY, "model=jit", "backend=aten,inductor", "shape.seq_len=2",
-                   "device=cpu", "sinks=[json]", multirun=True, timeout=900)
+    proc = run_here(*TINY, "model=jit", "backend=aten,inductor", "shape.seq_len=2",
+                   "device=cpu", "sinks=[json]", multirun=True)
     assert proc.returncode == 0, proc.stderr
     by_backend = {}
     for path in sorted((tmp_path / "sweep").glob("*/results.json")):

@@ -10,8 +10,8 @@ from tests.conftest import TINY, load_results
 from tests.results.test_tracking import artifacts, runs_of
 
 
-def test_a_profiled_job_has_its_trace_file_artifact_and_top_operators(run_cli, tmp_path):
-    proc = run_cli(*TINY, "model=lstm", "bench.profile=true", "bench.profile_iters=2")
+def test_a_profiled_job_has_its_trace_file_artifact_and_top_operators(run_here, tmp_path):
+    proc = run_here(*TINY, "model=lstm", "bench.profile=true", "bench.profile_iters=2")
     assert proc.returncode == 0, proc.stderr
     result = load_results(tmp_path / "run")
     profile = result["profile"]
@@ -34,8 +34,8 @@ def test_a_profiled_job_has_its_trace_file_artifact_and_top_operators(run_cli, t
     assert "profile/trace.json" in artifacts(client, run.info.run_id)
 
 
-def test_results_without_a_profile_still_load(tmp_path, run_cli):
-    proc = run_cli(*TINY, "sinks=[json]")
+def test_results_without_a_profile_still_load(tmp_path, run_here):
+    proc = run_here(*TINY, "sinks=[json]")
     assert proc.returncode == 0, proc.stderr
     data = load_results(tmp_path / "run")
     assert "profile" not in data  # unprofiled results keep their earlier form

@@ -19,7 +19,7 @@ from rnnexp.results import job_links, summary
 from rnnexp.results.result import OK, UNSUPPORTED, Result, phase_stats
 from rnnexp.results.sinks import load_jobs
 from rnnexp.results.sinks.console import next_command, where_it_went
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT, TINY, rnnexp_here
 
 WORK = Work(flops_fwd=1e9, flops_bwd=2e9, bytes_fwd=1e6, bytes_bwd=2e6, tokens=1000)
 
@@ -102,10 +102,8 @@ def test_the_end_names_the_folder_its_jobs_its_files_and_the_next_command(tmp_pa
 def test_a_real_sweep_prints_one_table_then_where_and_its_next_command_runs(tmp_path):
     env = {**os.environ, "PYTHONWARNINGS": "ignore",
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
-    proc = subprocess.run([sys.executable, "-m", "rnnexp", "-m", "model=lstm,jit",
-                           "backend=aten", *TINY, "sinks=[json,console]",
-                           f"hydra.sweep.dir={tmp_path}/sweep"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = rnnexp_here("-m", "model=lstm,jit", "backend=aten", *TINY, "sinks=[json,console]",
+                       f"hydra.sweep.dir={tmp_path}/sweep", store=env["MLFLOW_TRACKING_URI"])
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.count("┏") == 1 and "rnnexp sweep: 2 jobs" in out  # no table per job

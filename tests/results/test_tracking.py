@@ -21,7 +21,7 @@ from rnnexp.results.result import CRASHED, INTERRUPTED, RESULTS_FILE, Result
 from rnnexp.results.sinks import Sweep
 from rnnexp.results.sinks import mlflow as mlflow_sink
 from rnnexp.results.sinks.mlflow import Mlflow, runs, store, view
-from tests.conftest import ROOT, TINY, free_port, load_results
+from tests.conftest import ROOT, TINY, free_port, load_results, rnnexp_here
 
 SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no CUDA here)
 
@@ -68,8 +68,8 @@ def recorded_sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sweep")
     root_db = ROOT / "mlflow.db"
     before = root_db.stat().st_mtime if root_db.exists() else None
-    proc = rnnexp("-m", *SWEEP, f"sinks.mlflow.uri={sqlite(tmp / 'mlflow.db')}",
-                  f"hydra.sweep.dir={tmp}/sweep")
+    proc = rnnexp_here("-m", *SWEEP, f"sinks.mlflow.uri={sqlite(tmp / 'mlflow.db')}",
+                       f"hydra.sweep.dir={tmp}/sweep", store=sqlite(tmp / "unused.db"))
     assert proc.returncode == 0, proc.stderr
     after = root_db.stat().st_mtime if root_db.exists() else None
     assert before == after, "a test wrote to the project's mlflow.db"
@@ -207,10 +207,10 @@ def test_parallel_sweep_on_a_fresh_store_loses_nothing(run_cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp_path,
+def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_here, tmp_path,
                                                                    capsys):
     t0 = time.monotonic()
-    proc = run_cli(*TINY, f"sinks.mlflow.uri=http://127.0.0.1:{free_port()}")
+    proc = run_here(*TINY, f"sinks.mlflow.uri=http://127.0.0.1:{free_port()}")
     assert time.monotonic() - t0 < 60  # no retry hang
     assert proc.returncode == 0, proc.stderr
     assert load_results(tmp_path / "run")["status"] == "ok"
@@ -229,8 +229,8 @@ def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_cli, tmp
 
 
 @pytest.mark.slow
-def test_offline_sweep_syncs_as_parent_and_children(run_cli, tmp_path, capsys):
-    proc = run_cli("model=lstm,py", *TINY, f"sinks.mlflow.uri=http://127.0.0.1:{free_port()}",
+def test_offline_sweep_syncs_as_parent_and_children(run_here, tmp_path, capsys):
+    proc = run_here("model=lstm,py", *TINY, f"sinks.mlflow.uri=http://127.0.0.1:{free_port()}",
                    multirun=True)
     assert proc.returncode == 0, proc.stderr
     assert len([ln for ln in proc.stderr.splitlines() if "not reachable" in ln]) == 1
@@ -263,8 +263,8 @@ def test_relative_sqlite_uri_is_refused_in_one_line():
 
 
 @pytest.mark.slow
-def test_runs_reach_a_real_mlflow_server(run_cli, mlflow_server):
-    proc = run_cli(*TINY, f"sinks.mlflow.uri={mlflow_server}")
+def test_runs_reach_a_real_mlflow_server(run_here, mlflow_server):
+    proc = run_here(*TINY, f"sinks.mlflow.uri={mlflow_server}")
     assert proc.returncode == 0, proc.stderr
     assert "not reachable" not in proc.stderr
     client, _, children = runs_of(mlflow_server)
@@ -273,8 +273,8 @@ def test_runs_reach_a_real_mlflow_server(run_cli, mlflow_server):
 
 
 @pytest.mark.slow
-def test_without_mlflow_records_nothing_and_prints_fastrnns_json(run_cli, tmp_path):
-    proc = run_cli(*TINY, "sinks=[json,console,fastrnns]", store=False)
+def test_without_mlflow_records_nothing_and_prints_fastrnns_json(run_here, tmp_path):
+    proc = run_here(*TINY, "sinks=[json,console,fastrnns]", store=False)
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "mlflow.db").exists()
     assert (tmp_path / "run" / "results.json").exists()

@@ -32,8 +32,8 @@ def results_of(folder: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_sweep_is_measured_in_one_interleaved_window(run_cli, tmp_path):
-    proc = run_cli("model=lstm,jit", "backend=aten", *TINY, "sinks=[json]",
+def test_a_sweep_is_measured_in_one_interleaved_window(run_here, tmp_path):
+    proc = run_here("model=lstm,jit", "backend=aten", *TINY, "sinks=[json]",
                    "bench.iters=12", multirun=True)
     assert proc.returncode == 0, proc.stderr
     assert "interleaved: jobs 0, 1 measured together" in proc.stderr
@@ -48,8 +48,8 @@ def test_a_sweep_is_measured_in_one_interleaved_window(run_cli, tmp_path):
 
 @pytest.mark.parametrize("launcher", [["hydra/launcher=basic"],
                                       ["hydra.launcher.interleave=false"]])
-def test_other_launchers_say_they_did_not_interleave(run_cli, tmp_path, launcher):
-    proc = run_cli("model=lstm,gru", "backend=aten", *TINY, "sinks=[json]", *launcher,
+def test_other_launchers_say_they_did_not_interleave(run_here, tmp_path, launcher):
+    proc = run_here("model=lstm,gru", "backend=aten", *TINY, "sinks=[json]", *launcher,
                    multirun=True)
     assert proc.returncode == 0, proc.stderr
     assert "interleaved:" not in proc.stderr
@@ -71,8 +71,8 @@ def test_declined_and_crashing_jobs_leave_the_others_measured(run_cli, tmp_path)
 
 
 @pytest.mark.slow
-def test_bench_window_splits_a_sweep(run_cli, tmp_path):
-    proc = run_cli("model=lstm,gru", "backend=aten", *TINY, "sinks=[json]", "bench.window=1",
+def test_bench_window_splits_a_sweep(run_here, tmp_path):
+    proc = run_here("model=lstm,gru", "backend=aten", *TINY, "sinks=[json]", "bench.window=1",
                    multirun=True)
     assert proc.returncode == 0, proc.stderr
     a, b = results_of(tmp_path / "sweep")
@@ -100,9 +100,9 @@ def test_a_window_holds_what_fits_in_half_the_free_memory():
     assert interleave.fits([windowed] * 6, free={"host": 1 << 60}) == 2
 
 
-def test_another_interpreter_that_cannot_run_rnnexp_is_refused_in_one_line(run_cli,
+def test_another_interpreter_that_cannot_run_rnnexp_is_refused_in_one_line(run_here,
                                                                           tmp_path):
-    proc = run_cli(*TINY, "bench.python=/no/such/python")
+    proc = run_here(*TINY, "bench.python=/no/such/python")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("error: bench.python: /no/such/python is not an "
                                    "executable file — a Python interpreter of an environment "
@@ -126,9 +126,9 @@ def environment_like_this_one(folder: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_an_a_b_of_two_interpreters_runs_interleaved_end_to_end(run_cli, tmp_path):
+def test_an_a_b_of_two_interpreters_runs_interleaved_end_to_end(run_here, tmp_path):
     other = environment_like_this_one(tmp_path / "other")
-    proc = run_cli("model=jit", "backend=aten", *TINY, "sinks=[json]", "bench.iters=6",
+    proc = run_here("model=jit", "backend=aten", *TINY, "sinks=[json]", "bench.iters=6",
                    f"bench.python={sys.executable},{other}", multirun=True)
     assert proc.returncode == 0, proc.stderr
     a, b = results_of(tmp_path / "sweep")

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +26,7 @@ from rnnexp.results.report import percent, results_table
 from rnnexp.results.result import INVALID, OK, Result, phase_stats
 from rnnexp.results.sinks.mlflow import runs, store
 from rnnexp.run import roofline
-from tests.conftest import ROOT, TINY, load_results
+from tests.conftest import TINY, load_results, rnnexp_here
 
 CPU = torch.device("cpu")
 # 3 GFLOP and 3 MB per forward+backward: at 3 ms that is 1000 GFLOP/s, 1 GB/s, 1000 FLOP/B.
@@ -275,8 +273,8 @@ def cached_peaks(folder: Path, dtype: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_run_shows_its_percent_of_measured_peak(run_cli, tmp_path, roofline_cache):
-    proc = run_cli(*TINY, "model=gru", "backend=aten", "sinks=[json,console]")
+def test_a_run_shows_its_percent_of_measured_peak(run_here, tmp_path, roofline_cache):
+    proc = run_here(*TINY, "model=gru", "backend=aten", "sinks=[json,console]")
     assert proc.returncode == 0, proc.stderr
     data = load_results(tmp_path / "run")
     roof, total = data["roofline"], data["phases"]["total"]
@@ -310,12 +308,8 @@ def roofline_sweep(tmp_path_factory):
     """Two models × two dtypes recorded in a fresh store: four points, two pairs of ceilings."""
     tmp = tmp_path_factory.mktemp("roofline-sweep")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "rnnexp", "-m", "model=lstm,gru", "dtype=float32,bfloat16",
-         "backend=aten", *TINY, f"sinks.mlflow.uri={uri}", f"hydra.sweep.dir={tmp}/sweep"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    proc = rnnexp_here("-m", "model=lstm,gru", "dtype=float32,bfloat16", "backend=aten", *TINY,
+                       f"sinks.mlflow.uri={uri}", f"hydra.sweep.dir={tmp}/sweep", store=uri)
     assert proc.returncode == 0, proc.stderr
     return tmp, uri
 

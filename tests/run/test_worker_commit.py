@@ -23,7 +23,7 @@ def git(folder: Path, *args: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_worker_under_another_interpreter_records_its_own_commit(run_cli, tmp_path):
+def test_a_worker_under_another_interpreter_records_its_own_commit(run_here, tmp_path):
     # Another checkout of the same code, under a commit of its own, in its own environment.
     checkout = tmp_path / "checkout"
     shutil.copytree(ROOT / "rnnexp", checkout / "rnnexp",
@@ -34,7 +34,7 @@ def test_a_worker_under_another_interpreter_records_its_own_commit(run_cli, tmp_
     theirs = git(checkout, "rev-parse", "HEAD")
     python = environments.overlay(tmp_path / "venv", sys.executable, first=checkout)
 
-    proc = run_cli("model=lstm", "backend=aten", *TINY, "sinks=[json]",
+    proc = run_here("model=lstm", "backend=aten", *TINY, "sinks=[json]",
                    f"bench.python={sys.executable},{python}", multirun=True)
     assert proc.returncode == 0, proc.stderr
     commits = {}
