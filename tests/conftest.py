@@ -30,6 +30,24 @@ kernel_plugins.register()
 TINY = ["shape=small", "bench=quick"]
 
 
+# The parallel suite (pytest-xdist, a file to a worker) ends when its last file does: the
+# files that take longest, mostly waiting (a SLURM cluster, signals, servers, Valgrind), are
+# handed out first, the rest fill the cores around them.
+LONGEST_FIRST = ("tests/slurm/", "tests/e2e/test_no_loss.py", "tests/e2e/test_hardening_faults.py",
+                 "tests/e2e/test_scale.py", "tests/e2e/test_hardening_sigkill.py",
+                 "tests/config/test_presets.py", "tests/results/test_tracking.py",
+                 "tests/run/test_interleave.py", "tests/measure/test_instructions.py",
+                 "tests/app/test_search.py", "tests/app/test_bisect_command.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    def rank(item) -> int:
+        return next((i for i, prefix in enumerate(LONGEST_FIRST)
+                     if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
+
+
 def compose_cfg(overrides: Sequence[str] = ()):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
