@@ -220,7 +220,13 @@ def one_line(err: BaseException) -> str:
         if plain:
             return plain
         return f"{key}: {msg}" if key else msg
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    ambiguous = re.match(r"Ambiguous value for argument '(([^=']+)=[^']*)'", first)
+    if ambiguous:  # a sweep's values in a run: Hydra's three ways out, on the one line
+        whole, key = ambiguous.groups()
+        return (f"{whole}: several values outside a sweep — to sweep them add -m; a list is "
+                f"{key}=[…], a string {key}='…'")
+    return first
 
 
 # OmegaConf's words for a value of the wrong type, and what a person reads instead.

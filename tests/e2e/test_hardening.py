@@ -141,6 +141,9 @@ BAD_INPUTS = [
     (["shape.hidden_size=" + "9" * 400], "shape.hidden_size: must be ≤ 2⁶³−1"),
     # A sweep without results.json: its summary, report and compare would have nothing.
     (["-m", "seed=1,2", "sinks=[console]"], "sinks: has no json"),
+    # A sweep's values without -m (Hydra: "Ambiguous value"): the way out on the one line.
+    (["seed=1,2"], "seed=1,2: several values outside a sweep — to sweep them add -m"),
+    (["hydra.mode=MULTIRUN", "model=lstm,gru"], "model=lstm,gru: several values outside"),
 ]
 
 # Run as real processes too: one of each kind of check.
