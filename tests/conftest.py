@@ -113,17 +113,11 @@ def rnnexp_here(*argv: str, store: str) -> subprocess.CompletedProcess:
     them. No other environment: workers come from the fork server this process keeps, with
     the environment it started with — a test that sets variables runs a real process."""
     out, err = io.StringIO(), io.StringIO()
-    environ, threads = dict(os.environ), torch.get_num_threads()
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(ROOT)
         patch.setenv("MLFLOW_TRACKING_URI", store)
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = main_here(argv)
-        finally:  # what the run set for itself: a credential's variables, threads
-            os.environ.clear()
-            os.environ.update(environ)
-            torch.set_num_threads(threads)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main_here(argv)
     if isinstance(code, str):  # printed by the interpreter as it exits
         err.write(code + "\n")
     return subprocess.CompletedProcess(["rnnexp", *argv], code if isinstance(code, int) else
@@ -158,6 +152,16 @@ def kill_tree(proc: subprocess.Popen) -> None:
 
 def load_results(folder: Path) -> dict:
     return json.loads((Path(folder) / "results.json").read_text())
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_kept():
+    """torch's intra-op thread count put back after each test: a test that sets up a worker
+    in this process (rnnexp.measure.measurer, an in-process run) sets bench.num_threads, and
+    a test after it on the same xdist worker would count with it."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -249,12 +253,15 @@ def mlflow_server(tmp_path, migrated_store):
 
 def main_here(args: Sequence[str]) -> object:
     """`python -m rnnexp ARGS` through `rnnexp.app.cli.main` in this process: its exit code
-    (as SystemExit carries it), its signal handlers put back."""
+    (as SystemExit carries it). What the run sets for itself is put back for the tests after
+    it: its signal handlers and variables (a credential's); torch's thread count, as after
+    every test (`torch_threads_kept`)."""
     import signal
 
     from rnnexp.app import cli
 
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    environ = dict(os.environ)
     try:
         with pytest.MonkeyPatch.context() as patch, pytest.raises(SystemExit) as exit_:
             patch.setattr(sys, "argv", ["rnnexp", *args])
@@ -262,6 +269,8 @@ def main_here(args: Sequence[str]) -> object:
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+        os.environ.clear()
+        os.environ.update(environ)
     return exit_.value.code
 
 

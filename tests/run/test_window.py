@@ -206,7 +206,8 @@ def test_set_up_runs_side_by_side_as_the_cores_allow(monkeypatch):
     assert machine.most_outstanding == 1
 
 
-def test_how_many_set_up_at_once():
+def test_how_many_set_up_at_once(monkeypatch):
+    monkeypatch.setattr(blocks.torch, "get_num_threads", lambda: 2)  # the default on 2 cores
     cpu, gpu_like = plan("model=lstm", "backend=aten"), plan("bench.num_threads=1")
     assert blocks.at_once([cpu], workers=4, cores=2) == 1  # every core to each worker
     two = plan("model=lstm", "backend=aten", "bench.num_threads=2")
