@@ -50,8 +50,8 @@ valgrind:  ## Debian's valgrind for bench.metric=instructions (apt-get as root, 
 # or server its module fixtures make is made once.
 # The whole suite waits as much as it computes (servers starting, a SLURM cluster, signals,
 # time limits): a worker more than the cores keeps them busy, and its longest files go first
-# (tests/conftest.py: LONGEST_FIRST) — on 2 cores 18.6–19.2 min against 21.6 min with two
-# workers in xdist's own order.
+# (tests/conftest.py: LONGEST_FIRST) — on 2 idle cores 17.5 min, where two workers in xdist's
+# own order (the SLURM file last) took 21.6 min for a suite that also ran more processes.
 XDIST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 XDIST ?= -n $(XDIST_WORKERS) --dist loadfile
 XDIST_ALL ?= -n $(shell echo $$(( $(XDIST_WORKERS) + 1 ))) --dist loadfile --no-loadscope-reorder
