@@ -13,7 +13,7 @@ from tests.conftest import TINY, load_results
 def test_lstm_compiles_as_a_module_with_allow_rnn(run_here, tmp_path):
     # seq_len 2: inductor unrolls the time loop, so compile time grows with it.
     proc = run_here(*TINY, "model=lstm", "backend=inductor", "backend.allow_rnn=true",
-                   "shape.seq_len=2", "sinks=[json]")
+                    "shape.seq_len=2", "sinks=[json]")
     assert proc.returncode == 0, proc.stderr
     result = load_results(tmp_path / "run")
     backend = result["backend"]

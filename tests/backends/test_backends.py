@@ -203,7 +203,7 @@ def test_sweep_jobs_each_run_their_own_executor(run_here, tmp_path):
     # profiling-executor graphs; each job must show its own executor's graph.
     order = ["profiling", "legacy", "simple"]
     proc = run_here("model=jit", "backend=jit", f"backend.executor={','.join(order)}", *TINY,
-                   multirun=True)
+                    multirun=True)
     assert proc.returncode == 0, proc.stderr
     results = [json.loads((tmp_path / "sweep" / str(i) / "results.json").read_text())
                for i in range(len(order))]

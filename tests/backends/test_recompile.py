@@ -37,7 +37,7 @@ def test_a_compile_per_new_size_is_marked_recompiled_without_rates():
 @pytest.mark.slow
 def test_dynamic_eltwise_compiles_for_dynamic_shapes_and_times_no_compile(run_here, tmp_path):
     proc = run_here(*TINY, "model=dynamic_eltwise", "backend=inductor", "device=cpu",
-                   "bench.iters=10", "sinks=[json,console]")
+                    "bench.iters=10", "sinks=[json,console]")
     assert proc.returncode == 0, proc.stderr
     data = load_results(tmp_path / "run")
     assert data["status"] == OK, data["reason"]

@@ -115,7 +115,7 @@ RUNS = {
 def test_every_preset_runs(preset, run_here, tmp_path):
     shape = [] if preset == "deepbench" else ["shape=small"]
     proc = run_here(f"+experiment={preset}", *shape, "bench=quick", "sinks=[json]",
-                   *RUNS[preset], multirun=True)
+                    *RUNS[preset], multirun=True)
     assert proc.returncode == 0, proc.stderr
     results = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/results.json")]
     assert results, proc.stderr

@@ -116,7 +116,7 @@ def test_the_resident_set_meter_sees_memory_a_phase_takes():
 @pytest.mark.slow
 def test_a_forward_backward_jit_run_records_memory_start_up_and_metrics(run_here, tmp_path):
     proc = run_here(*TINY, *MEASURABLE, "model=jit", "backend=jit", "device=cpu",
-                   "sinks=[json,console,mlflow]", "sinks.console.wide=true")
+                    "sinks=[json,console,mlflow]", "sinks.console.wide=true")
     assert proc.returncode == 0, proc.stderr
     result = load_results(tmp_path / "run")
     assert result["status"] == "ok", result["reason"]
@@ -144,7 +144,7 @@ def test_a_forward_backward_jit_run_records_memory_start_up_and_metrics(run_here
 def test_a_forward_only_run_has_no_backward_memory_and_an_eager_one_compiles_nothing(
         run_here, tmp_path):
     proc = run_here(*TINY, *MEASURABLE, "model=lstm", "backend=aten", "device=cpu",
-                   "bench.backward=false", "sinks=[json]")
+                    "bench.backward=false", "sinks=[json]")
     assert proc.returncode == 0, proc.stderr
     result = load_results(tmp_path / "run")
     assert result["memory"]["forward_mb"] > 0 and result["memory"]["backward_mb"] is None
@@ -155,7 +155,7 @@ def test_a_forward_only_run_has_no_backward_memory_and_an_eager_one_compiles_not
 
 def test_bench_memory_false_measures_no_memory(run_here, tmp_path):
     proc = run_here(*TINY, "model=lstm", "backend=aten", "device=cpu", "bench.memory=false",
-                   "sinks=[json]")
+                    "sinks=[json]")
     assert proc.returncode == 0, proc.stderr
     assert load_results(tmp_path / "run")["memory"] is None
 
@@ -181,7 +181,7 @@ def test_inductor_records_its_compile_and_compare_shows_the_break_even(run_here,
     # Two steps keep the unrolled loop (and the compile) short; model=jit is scripted under
     # aten and compiled from its eager form under inductor.
     proc = run_here(*TINY, "model=jit", "backend=aten,inductor", "shape.seq_len=2",
-                   "device=cpu", "sinks=[json]", multirun=True)
+                    "device=cpu", "sinks=[json]", multirun=True)
     assert proc.returncode == 0, proc.stderr
     by_backend = {}
     for path in sorted((tmp_path / "sweep").glob("*/results.json")):

@@ -231,7 +231,7 @@ def test_unreachable_store_keeps_results_and_sync_uploads_them_once(run_here, tm
 @pytest.mark.slow
 def test_offline_sweep_syncs_as_parent_and_children(run_here, tmp_path, capsys):
     proc = run_here("model=lstm,py", *TINY, f"sinks.mlflow.uri=http://127.0.0.1:{free_port()}",
-                   multirun=True)
+                    multirun=True)
     assert proc.returncode == 0, proc.stderr
     assert len([ln for ln in proc.stderr.splitlines() if "not reachable" in ln]) == 1
     uri = sqlite(tmp_path / "later.db")

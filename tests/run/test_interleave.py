@@ -34,7 +34,7 @@ def results_of(folder: Path) -> list[dict]:
 @pytest.mark.slow
 def test_a_sweep_is_measured_in_one_interleaved_window(run_here, tmp_path):
     proc = run_here("model=lstm,jit", "backend=aten", *TINY, "sinks=[json]",
-                   "bench.iters=12", multirun=True)
+                    "bench.iters=12", multirun=True)
     assert proc.returncode == 0, proc.stderr
     assert "interleaved: jobs 0, 1 measured together" in proc.stderr
     a, b = results_of(tmp_path / "sweep")
@@ -50,7 +50,7 @@ def test_a_sweep_is_measured_in_one_interleaved_window(run_here, tmp_path):
                                       ["hydra.launcher.interleave=false"]])
 def test_other_launchers_say_they_did_not_interleave(run_here, tmp_path, launcher):
     proc = run_here("model=lstm,gru", "backend=aten", *TINY, "sinks=[json]", *launcher,
-                   multirun=True)
+                    multirun=True)
     assert proc.returncode == 0, proc.stderr
     assert "interleaved:" not in proc.stderr
     for r in results_of(tmp_path / "sweep"):
@@ -73,7 +73,7 @@ def test_declined_and_crashing_jobs_leave_the_others_measured(run_cli, tmp_path)
 @pytest.mark.slow
 def test_bench_window_splits_a_sweep(run_here, tmp_path):
     proc = run_here("model=lstm,gru", "backend=aten", *TINY, "sinks=[json]", "bench.window=1",
-                   multirun=True)
+                    multirun=True)
     assert proc.returncode == 0, proc.stderr
     a, b = results_of(tmp_path / "sweep")
     assert a["interleaving"]["window"] != b["interleaving"]["window"]
@@ -129,7 +129,7 @@ def environment_like_this_one(folder: Path) -> Path:
 def test_an_a_b_of_two_interpreters_runs_interleaved_end_to_end(run_here, tmp_path):
     other = environment_like_this_one(tmp_path / "other")
     proc = run_here("model=jit", "backend=aten", *TINY, "sinks=[json]", "bench.iters=6",
-                   f"bench.python={sys.executable},{other}", multirun=True)
+                    f"bench.python={sys.executable},{other}", multirun=True)
     assert proc.returncode == 0, proc.stderr
     a, b = results_of(tmp_path / "sweep")
     assert a["interleaving"]["window"] == b["interleaving"]["window"]

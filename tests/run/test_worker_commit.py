@@ -35,7 +35,7 @@ def test_a_worker_under_another_interpreter_records_its_own_commit(run_here, tmp
     python = environments.overlay(tmp_path / "venv", sys.executable, first=checkout)
 
     proc = run_here("model=lstm", "backend=aten", *TINY, "sinks=[json]",
-                   f"bench.python={sys.executable},{python}", multirun=True)
+                    f"bench.python={sys.executable},{python}", multirun=True)
     assert proc.returncode == 0, proc.stderr
     commits = {}
     for path in (tmp_path / "sweep").glob("*/results.json"):
