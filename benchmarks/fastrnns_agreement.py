@@ -356,10 +356,17 @@ def main(argv: Optional[list[str]] = None) -> int:
             sides.append(("rnnexp_tf32", lambda a, n: run_rnnexp(a, n, tf32=True)))
         for _ in range(args.repeats):
             for side, fn in sides:
+                t0 = time.perf_counter()
                 try:
-                    getattr(r, side).append(fn(args, name))
+                    got = fn(args, name)
+                    getattr(r, side).append(got)
+                    said = f"fwd {got.fwd_ms:.3f} ms, bwd {got.bwd_ms:.3f} ms"
                 except (RuntimeError, subprocess.TimeoutExpired) as err:
                     r.errors.append(f"{side}: {str(err).splitlines()[0]}")
+                    said = r.errors[-1]
+                # As each process ends: a run cut short by a time limit says how far it got.
+                print(f"{name} {side}: {said} ({time.perf_counter() - t0:.1f} s)",
+                      file=sys.stderr, flush=True)
         if not args.no_loops:
             try:
                 loops_side_by_side(args, name, r)

@@ -15,7 +15,11 @@ nn.LSTM, jit/te on the TorchScript loops, inductor default and reduce-overhead),
 (float16/bfloat16), roofline, aa (an interleaved A/A on the TorchScript loop and cuDNN, then
 `rnnexp compare --fail-on-regression 5`; with the loop's spread and the window's wall time
 against its timed work), planted (seq_len 100 → 105, 5% more work: compare must find it),
+float32 (cuDNN's float32 LSTM and GRU verified at hidden 16-256, seq 8 and 50: the persistent
+small-hidden algorithm and the standard one), spread (the fastrnns-shaped TorchScript loop
+alone in one process, benchmarks/loop_spread.py, beside the same loop as one sweep job),
 upstream (fastrnns beside rnnexp, benchmarks/fastrnns_agreement.py; only with --upstream).
+Every step's folder is also packed into DIR/steps.tar.gz (one file to carry back).
 
 `--device cpu` runs the same steps at small shapes, so the plumbing can be tried without a
 GPU; what needs one says "skipped: no GPU", and the statistical verdicts are not judged.
@@ -36,8 +40,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ["gpu-tests", "matrix", "default-run", "sweep", "half", "roofline", "aa", "planted",
-         "upstream"]
+STEPS = ["gpu-tests", "matrix", "default-run", "sweep", "float32", "half", "roofline", "aa",
+         "planted", "spread", "upstream"]
 BUDGET_S = 360.0  # the whole check on one GPU
 LEAN = ["bench.roofline=false", "bench.drift=false"]  # per-job extras the check needs not
 
@@ -161,9 +165,10 @@ class Check:
             step.fail("pytest is not installed for this interpreter (not among the wheels): "
                       "GPU tests not run — install it, or carry its wheel")
             return
+        only = ["-k", self.args.tests_k] if self.args.tests_k else []
         proc = self.run(step, "pytest", [
             self.python, "-m", "pytest", "-m", "gpu", "-v", "-rs", "-p", "no:cacheprovider",
-            f"--junitxml={junit}", "tests/backends/test_gpu_paths.py",
+            f"--junitxml={junit}", *only, "tests/backends/test_gpu_paths.py",
             "tests/backends/test_backends.py"], 240)
         if not junit.exists():
             step.fail(f"pytest did not run (exit {proc.returncode}): "
@@ -221,6 +226,61 @@ class Check:
         for label, overrides, jobs in parts:
             proc = self.rnnexp(step, label, [*overrides, *LEAN], 240, sweep=True)
             self.judge_jobs(step, label, proc, jobs)
+
+    def float32(self, step: Step) -> None:
+        """cuDNN's float32 RNNs verified where PyTorch picks the persistent small-hidden
+        kernels (hidden ≤ 192) and where it does not; each job's deciding multiple, its
+        reference's arithmetic and the algorithm."""
+        if not self.cuda:
+            step.skip("no GPU: cuDNN's float32 kernels need one (tests/backends/"
+                      "test_float32_orders.py emulates them on the CPU)")
+            return
+        proc = self.rnnexp(step, "kernels", [
+            "model=lstm,gru", "backend=cudnn", "shape=small", "shape.hidden_size=16,32,64,128,"
+            "192,256", "shape.input_size=32", "shape.seq_len=8,50", "bench=quick", *LEAN,
+            "bench.memory=false"], 240, sweep=True)
+        found = self.judge_jobs(step, "kernels", proc, 24)
+        step.figures = {}
+        for r in found:
+            v, c = r.get("verification") or {}, r["config"]["shape"]
+            algo = (r.get("backend") or {}).get("cudnn_algorithm") or {}
+            step.figures[f"{r['choices'].get('model')} hidden {c['hidden_size']} seq "
+                         f"{c['seq_len']}"] = {
+                "status": v.get("status"), "multiple": round(v.get("multiple") or 0, 2),
+                "tensor": v.get("tensor"), "reference": v.get("reference_math") or "float32",
+                "cpu_error": v.get("cpu_error"), "rounded_error": v.get("rounded_error"),
+                "error": v.get("error"), "algorithm": algo}
+
+    def spread(self, step: Step) -> None:
+        """The TorchScript loop's spread alone in one process (no workers, no interleaving
+        with other configurations) against the same loop as a sweep's job."""
+        shape = [] if self.cuda else ["shape=small", "device=cpu"]
+        backend = "cudnn" if self.cuda else "jit"
+        folder = self.folder(step)
+        for label, extra, rounds in (("alone", [f"backend={backend}"], 5),
+                                     ("alone_te", ["backend=te"], 3)):
+            if label == "alone_te" and not self.cuda:
+                continue
+            out = folder / f"{label}.json"
+            proc = self.run(step, label, [
+                self.python, str(ROOT / "benchmarks" / "loop_spread.py"), "--out", str(out),
+                "--rounds", str(rounds), "model=jit_premul", *extra, *shape,
+                *(["device=cuda"] if self.cuda else [])], 120)
+            if proc.returncode or not out.exists():
+                step.fail(f"{label}: exit {proc.returncode}: {last_line(proc.stderr)}")
+                continue
+            for name, v in json.loads(out.read_text())["variants"].items():
+                step.figures[f"{label}: {name}"] = {
+                    k: v[k]["iqr_pct"] for k in ("forward", "backward") if k in v} | {
+                    "fwd_ms": v["forward"]["median_ms"]}
+        proc = self.rnnexp(step, "job", ["model=jit_premul", f"backend={backend}", *shape,
+                                         "bench.processes=1", *LEAN, "bench.memory=false"],
+                           120)
+        for r in self.judge_jobs(step, "job", proc, 1):
+            phases = r.get("phases") or {}
+            step.figures["one sweep job (1 process)"] = {
+                k: round(100 * phases[k]["iqr_ms"] / phases[k]["median_ms"], 2)
+                for k in ("forward", "backward") if (phases.get(k) or {}).get("median_ms")}
 
     def half(self, step: Step) -> None:
         shape = [] if self.cuda else ["shape=small", "bench=quick", "device=cpu"]
@@ -326,7 +386,7 @@ class Check:
         return {"gpu-tests": self.gpu_tests, "matrix": self.matrix,
                 "default-run": self.default_run, "sweep": self.sweep, "half": self.half,
                 "roofline": self.roofline, "aa": self.aa, "planted": self.planted,
-                "upstream": self.upstream}
+                "float32": self.float32, "spread": self.spread, "upstream": self.upstream}
 
     def run_all(self, names: list[str]) -> list[Step]:
         done = []
@@ -387,6 +447,16 @@ def report(check: Check, steps: list[Step], info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pack(out: Path) -> None:
+    """DIR/steps.tar.gz: every step's logs and results in one file (a deep folder may not
+    come back from a machine that returns files one level at a time)."""
+    import tarfile
+
+    if (out / "steps").is_dir():
+        with tarfile.open(out / "steps.tar.gz", "w:gz") as tar:
+            tar.add(out / "steps", arcname="steps")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None,
@@ -402,6 +472,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--budget", type=float, default=BUDGET_S,
                         help="seconds for the whole check; later steps are skipped after it")
     parser.add_argument("--step-timeout", type=float, default=240.0)
+    parser.add_argument("--tests-k", default="",
+                        help="the gpu-tests step runs only the tests pytest -k selects")
     parser.add_argument("--python", default=sys.executable,
                         help="the interpreter that runs rnnexp (default: this one)")
     args = parser.parse_args(argv)
@@ -424,6 +496,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     (args.out / "summary.json").write_text(json.dumps(
         {"device": args.device, "machine": info, "steps": [asdict(s) for s in steps]},
         indent=1, ensure_ascii=False))
+    pack(args.out)
     print(f"report: {args.out / 'report.md'}")
     return 1 if any(s.status == "failed" for s in steps) else 0
 

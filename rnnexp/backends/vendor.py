@@ -215,6 +215,9 @@ class VendorLibrary(Backend):
                 ran = ", ".join(self.rnn_ops) or "no RNN kernel"
                 self.refuse(f"asked for {self.library} but PyTorch ran {ran} instead of "
                             f"{self.kernel} (its native fallback)", "backend=aten")
+            # Now the algorithm is known: cuDNN's persistent small-hidden kernels round their
+            # float32 matmul operands coarser than float32 (rnnexp.machine.emulation).
+            workload.reference_math = self.reference_math() or workload.reference_math
         return workload
 
     def finish(self, workload: Workload) -> None:
@@ -236,8 +239,28 @@ class VendorLibrary(Backend):
                     and cap is not None and cap >= (8, 0))
 
     def reference_math(self) -> str:
-        """How verification's low-precision reference must compute (rnnexp.machine.emulation)."""
-        return emulation.TF32 if self.tf32_effective() else ""
+        """How verification's low-precision reference must compute (rnnexp.machine.emulation):
+        TF32 where cuDNN runs it; in float32, as the persistent small-hidden kernels do where
+        PyTorch asked cuDNN for them (known once a forward ran: `cudnn_calls`)."""
+        if self.tf32_effective():
+            return emulation.TF32
+        if self.dtype == torch.float32 and self.cudnn_calls and \
+                "persist_static_small_h" in self.algorithms().values():
+            return emulation.PERSIST_SMALL_H
+        return ""
+
+    def algorithms(self) -> dict[str, str]:
+        """The algorithm PyTorch asks cuDNN for, forward and backward, per distinct call."""
+        props = torch.cuda.get_device_properties(self.device)
+        cap, sms = (props.major, props.minor), props.multi_processor_count
+        found: dict[str, str] = {}
+        for call in dict.fromkeys(self.cudnn_calls):
+            for direction in ("forward", "backward"):
+                algo = cudnn_algorithm(call, cap, sms, direction == "forward")
+                key = direction if len(set(self.cudnn_calls)) == 1 else \
+                    f"{direction}[hidden {call.hidden_size}]"
+                found[key] = algo
+        return found
 
     def info(self) -> dict:
         info = {**super().info(), "vendor_library": self.enabled,
@@ -286,19 +309,6 @@ class Cudnn(VendorLibrary):
         if self.cudnn_calls:
             info["cudnn_algorithm"] = self.algorithms()
         return info
-
-    def algorithms(self) -> dict[str, str]:
-        """The algorithm PyTorch asks cuDNN for, forward and backward, per distinct call."""
-        props = torch.cuda.get_device_properties(self.device)
-        cap, sms = (props.major, props.minor), props.multi_processor_count
-        found: dict[str, str] = {}
-        for call in dict.fromkeys(self.cudnn_calls):
-            for direction in ("forward", "backward"):
-                algo = cudnn_algorithm(call, cap, sms, direction == "forward")
-                key = direction if len(set(self.cudnn_calls)) == 1 else \
-                    f"{direction}[hidden {call.hidden_size}]"
-                found[key] = algo
-        return found
 
 
 class Miopen(VendorLibrary):

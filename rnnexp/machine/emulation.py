@@ -5,6 +5,14 @@ sets verification's tolerance (rnnexp.measure.verify):
   CUDNN_DEFAULT_MATH): every matmul's float32 operands rounded to TF32's 10-bit mantissa.
   A CPU float32 reference gets ~2¹³× closer to the truth than that, so it cannot say what
   TF32 achieves.
+- `cudnn_persist_small_h`: float32 with every matmul's operands rounded to 16 mantissa bits,
+  as cuDNN's persistent small-hidden kernels (CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H, which
+  PyTorch picks for LSTM/GRU at hidden ≤ 192 forward / ≤ 128 backward) compute in float32.
+  Measured on an H200 (cuDNN 9.19): their float32 error from float64 was 11.8–15.7× the
+  randomly rounded float32 reference's at shape=small (lstm, gru, layer-norm and dropout
+  LSTMs), where this model gives 12.6–17.1× and 14 or 18 bits give 45× or 3× — what it
+  is inside the kernel (a split of float32 into two 8-bit halves would match) is not
+  documented; the error is.
 - `emulated`: the job's half-precision dtype, every op's result rounded to it, computed in
   float32 — for CPUs whose native float16 kernels are too slow (an AMD EPYC without
   AVX512-FP16 ran float16 `mm` ~40× slower than float32).
@@ -23,19 +31,29 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 TF32 = "tf32"
+PERSIST_SMALL_H = "cudnn_persist_small_h"
 EMULATED = "emulated"
 TF32_EPS = 2.0 ** -10  # TF32 keeps 10 of float32's 23 mantissa bits
+# The mantissa bits a matmul's float32 operands keep, per arithmetic that rounds them.
+OPERAND_BITS = {TF32: 10, PERSIST_SMALL_H: 16}
 
 _aten = torch.ops.aten
 MATMULS = {_aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default,
            _aten.mv.default, _aten.addmv.default, _aten.dot.default}
 
 
+def round_mantissa(t: torch.Tensor, keep: int) -> torch.Tensor:
+    """float32 values rounded to `keep` of their 23 mantissa bits (to nearest, ties to even),
+    still float32."""
+    drop = 23 - keep
+    bits = t.contiguous().view(torch.int32)
+    rounded = (bits + ((1 << (drop - 1)) - 1) + ((bits >> drop) & 1)) & -(1 << drop)
+    return rounded.view(torch.float32).view(t.shape)
+
+
 def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
     """float32 values rounded to the nearest TF32 value (ties to even), still float32."""
-    bits = t.contiguous().view(torch.int32)
-    rounded = (bits + 0x0FFF + ((bits >> 13) & 1)) & -0x2000
-    return rounded.view(torch.float32).view(t.shape)
+    return round_mantissa(t, OPERAND_BITS[TF32])
 
 
 class _Mode(TorchDispatchMode):
@@ -44,12 +62,17 @@ class _Mode(TorchDispatchMode):
         return False  # never under torch.compile; saves dynamo's import (~1 s)
 
 
-class TF32Matmuls(_Mode):
-    """Every float32 matmul's operands rounded to TF32 (accumulation stays float32)."""
+class RoundedOperands(_Mode):
+    """Every float32 matmul's operands rounded to `keep` mantissa bits (accumulation stays
+    float32)."""
+
+    def __init__(self, keep: int):
+        super().__init__()
+        self.keep = keep
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func in MATMULS:
-            args = tree_map(lambda a: round_to_tf32(a) if _is_f32(a) else a, args)
+            args = tree_map(lambda a: round_mantissa(a, self.keep) if _is_f32(a) else a, args)
         return func(*args, **(kwargs or {}))
 
 
@@ -85,7 +108,7 @@ def eps(math: str, dtype: torch.dtype) -> float:
 
 def reference_dtype(math: str, dtype: torch.dtype) -> torch.dtype:
     """The dtype the low-precision reference is built in."""
-    return torch.float32 if math in (TF32, EMULATED) else dtype
+    return torch.float32 if math in (TF32, PERSIST_SMALL_H, EMULATED) else dtype
 
 
 def round_tensors(tensors: Any, dtype: torch.dtype) -> None:
@@ -100,10 +123,10 @@ def round_tensors(tensors: Any, dtype: torch.dtype) -> None:
 @contextlib.contextmanager
 def arithmetic(math: str, dtype: torch.dtype) -> Iterator[None]:
     """Entered around the low-precision reference's runs; nothing for native arithmetic."""
-    if math not in (TF32, EMULATED):
+    if math not in (*OPERAND_BITS, EMULATED):
         yield
         return
-    mode = TF32Matmuls() if math == TF32 else RoundedTo(dtype)
+    mode = RoundedOperands(OPERAND_BITS[math]) if math in OPERAND_BITS else RoundedTo(dtype)
     onednn = torch.backends.mkldnn.enabled
     torch.backends.mkldnn.enabled = False  # nn.LSTM's matmuls as visible ops
     try:
@@ -117,6 +140,9 @@ def describe(math: str, dtype: torch.dtype) -> str:
     name = str(dtype).removeprefix("torch.")
     if math == TF32:
         return "float32 with TF32 matmuls, emulated"
+    if math == PERSIST_SMALL_H:
+        return ("float32 with matmul operands at 16 bits, as cuDNN's persistent small-hidden "
+                "kernels, emulated")
     if math == EMULATED:
         return f"{name} emulated in float32"
     return name

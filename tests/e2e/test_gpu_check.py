@@ -9,13 +9,16 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_check  # noqa: E402
+import loop_spread  # noqa: E402
 
 
 def tree_copy(tmp_path: Path) -> Path:
@@ -52,6 +55,23 @@ def test_the_check_runs_from_a_copy_of_the_tree_in_cpu_mode(tmp_path):
     result = json.loads((out / "steps" / "default-run" / "run" / "results.json").read_text())
     assert result["status"] == "ok" and result["verification"]["status"] == "passed"
     assert (out / "steps" / "default-run" / "run.log").exists()
+    # ... and all of it once more in one file, for a machine that returns shallow folders.
+    with tarfile.open(out / "steps.tar.gz") as tar:
+        assert "steps/default-run/run/results.json" in tar.getnames()
+
+
+def test_the_loop_alone_is_timed_under_every_variant_and_each_sample_kept(tmp_path):
+    out = tmp_path / "spread.json"
+    assert loop_spread.main(["--out", str(out), "--rounds", "2", "--iters", "3",
+                             "--warmup", "1", "model=jit", "backend=jit", "shape=small"]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["variants"]) == {"events", "host, synchronised", "events, 1 thread"}
+    for v in result["variants"].values():
+        # every sample, in order, with its round: 2 rounds × 3 samples
+        assert [r for r, _, _ in v["samples"]] == [0, 0, 0, 1, 1, 1]
+        assert all(f > 0 and b > 0 for _, f, b in v["samples"])
+        assert v["forward"]["median_ms"] > 0 and v["forward"]["iqr_pct"] >= 0
+    assert torch.get_num_threads() == result["threads"]  # the 1-thread variant put it back
 
 
 def test_a_failed_job_is_named_with_its_reason(tmp_path):
