@@ -439,18 +439,18 @@ def process_spread(folder: Path, key: str, value: str) -> list[float]:
     return out
 
 
-# The planted 5% on a configuration whose two sides share worker processes (nn.LSTM is not
-# scripted, so two sequence lengths run in the same workers and pair process by process),
-# beside `jit`'s, whose two shapes cannot share (a scripted loop specialises on its inputs).
-# At seq 100 → 105: at 20 → 21 nn.LSTM's fixed cost a call (oneDNN's weight reorders) makes
+# The planted 5% on nn.LSTM beside `jit`'s: both sides of each share worker processes (a
+# scripted loop scripts a class of its own per configuration) and pair process by process.
+# nn.LSTM at seq 100 → 105: at 20 → 21 its fixed cost a call (oneDNN's weight reorders) makes
 # 5% more work about 3% more time.
 SHARED_PLANT = ["model=lstm", "backend=aten", "device=cpu", "shape.input_size=128",
                 "shape.hidden_size=128", "shape.batch_size=16", "sinks=[json]"]
 
 
-def comparisons(trials: int, tmp: Path, processes: Optional[int] = None) -> None:
+def comparisons(trials: int, tmp: Path, processes: Optional[int] = None,
+                planted_only: bool = False) -> None:
     """A/A interleaved, A/A apart and a planted 5% slowdown (on `jit` and on nn.LSTM),
-    `trials` times each."""
+    `trials` times each (`planted_only`: the planted slowdowns alone)."""
     extra = [f"bench.processes={processes}"] if processes else []
     compared = [*COMPARED, *extra]
     plants = {"+5% work on jit, interleaved": (compared, (20, 21)),
@@ -463,14 +463,6 @@ def comparisons(trials: int, tmp: Path, processes: Optional[int] = None) -> None
     with own_cache(tmp / "cache"):  # a drift history of its own
         for t in range(trials):
             folder = tmp / f"compare-{t}"
-            wall, _ = sweep([*compared, "seed=0,1"], folder / "aa")
-            record(tally["A/A interleaved"], wall, *judged(folder / "aa" / "sweep",
-                                                           key="seed", value="0"))
-            tally["A/A interleaved"]["spread"] += process_spread(folder / "aa" / "sweep",
-                                                                 "seed", "0")
-            walls = [sweep([*compared, "seed=0"], folder / name)[0] for name in ("a", "b")]
-            record(tally["A/A apart"], sum(walls),
-                   *judged(folder / "b" / "sweep", baseline=folder / "a" / "sweep"))
             for p, (name, (overrides, (short, long))) in enumerate(plants.items()):
                 planted = [o for o in overrides if not o.startswith("shape.seq_len=")]
                 out = folder / f"power{p}"
@@ -485,6 +477,17 @@ def comparisons(trials: int, tmp: Path, processes: Optional[int] = None) -> None
                 power["found"] += any(d.verdict == "slower" for d in cells.values())
                 power["covered"] += sum(d.low <= true <= d.high for d in cells.values())
             loads.append(load())
+            if planted_only:
+                console.print(f"trial {t + 1}/{trials} done ({loads[-1]})", highlight=False)
+                continue
+            wall, _ = sweep([*compared, "seed=0,1"], folder / "aa")
+            record(tally["A/A interleaved"], wall, *judged(folder / "aa" / "sweep",
+                                                           key="seed", value="0"))
+            tally["A/A interleaved"]["spread"] += process_spread(folder / "aa" / "sweep",
+                                                                 "seed", "0")
+            walls = [sweep([*compared, "seed=0"], folder / name)[0] for name in ("a", "b")]
+            record(tally["A/A apart"], sum(walls),
+                   *judged(folder / "b" / "sweep", baseline=folder / "a" / "sweep"))
             console.print(f"trial {t + 1}/{trials} done ({loads[-1]})", highlight=False)
     table = Table(title=f"compare on this machine: {' '.join(compared)}, gate "
                         f"--fail-on-regression {GATE_PCT:g} (loads {'; '.join(loads)})")
@@ -494,6 +497,8 @@ def comparisons(trials: int, tmp: Path, processes: Optional[int] = None) -> None
         table.add_column(col, justify="right")
     for name, t in tally.items():
         power = name.startswith("+")
+        if not t["runs"]:
+            continue  # not run (--planted-only)
         table.add_row(name, share(t["flagged"], t["cells"]), share(t["undecided"], t["cells"]),
                       share(t["busy"], t["cells"]), share(t["alarms"], t["runs"]),
                       share(t["found"], t["runs"]) if power else "—",
@@ -576,6 +581,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=4,
                         help="aa: first runs; compare: repetitions of each check")
     parser.add_argument("--reruns", type=int, default=5, help="aa: reruns per first run")
+    parser.add_argument("--planted-only", action="store_true",
+                        help="compare: the planted slowdowns alone, without the A/As")
     parser.add_argument("--processes", type=int, default=None,
                         help="compare: bench.processes (default: the configuration's)")
     parser.add_argument("--cells", type=int, default=1000, help="report: cells (default 1000)")
@@ -607,7 +614,7 @@ def main(argv: list[str] | None = None) -> None:
                                       "device=cpu", *SHAPE])
     if "compare" in parts:
         with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
-            comparisons(args.trials, Path(tmp), args.processes)
+            comparisons(args.trials, Path(tmp), args.processes, args.planted_only)
     if "report" in parts:
         from report_bench import report
 

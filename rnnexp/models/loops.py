@@ -11,6 +11,7 @@ eagerly or TorchScripted (`spec.script`, decided by the backend).
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -113,8 +114,22 @@ class VarlenLoop(nn.Module):
         return padded, [torch.cat([f[k] for f in finals], 1) for k in range(len(state))]
 
 
+_scripted = itertools.count()
+
+
 def script(module: nn.Module) -> nn.Module:
-    """torch.jit.script, without the deprecation warning TorchScript now emits on every call."""
+    """torch.jit.script of a class of the module's own, without the deprecation warning
+    TorchScript now emits on every call.
+
+    TorchScript compiles a module class once: two instances of one class share one
+    profiling executor, so a second configuration at other input shapes (or grad mode) would
+    run through the first one's specialised graph, fail its guards and take the fallback. A
+    subclass made for this instance gets its own compiled forward and executor, and so
+    configurations of one model at several shapes can share a worker process
+    (rnnexp.run.blocks) and be compared within it."""
+    cls = type(module)
+    module.__class__ = type(f"{cls.__name__}_{next(_scripted)}", (cls,),
+                            {"__module__": cls.__module__})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return torch.jit.script(module)

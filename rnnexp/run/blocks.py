@@ -10,22 +10,19 @@ comparison is paired, and a block of N configurations measured in k processes co
 workers, not N × k. A backend whose set-up resets what others rely on (torch.compile's
 `dynamo.reset()`) gets workers of its own for each configuration.
 
-Two scripted configurations of one model with different inputs (shape, dtype, grad mode)
-are kept apart too: TorchScript compiles a module class once, so two instances of one class
-share one profiling executor, and the second input shape would run through the first one's
-failed guards and fallback instead of an optimised graph of its own.
+Scripted configurations of one model at different inputs (shape, dtype, grad mode) share
+workers too: each scripts a class of its own (rnnexp.models.loops.script), so each has its
+own profiling executor and graph specialised on its own inputs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Hashable, Optional, Sequence
+from typing import Hashable, Sequence
 
 import torch
 
-from rnnexp.config import targets
 from rnnexp.config.schema import Metric
 from rnnexp.machine import environment
 from rnnexp.measure import job
@@ -47,20 +44,6 @@ def pinned(p: job.Plan) -> bool:
     return p.cfg.bench.metric == Metric.instructions
 
 
-def signature(p: job.Plan) -> Optional[tuple[str, tuple]]:
-    """A scripted model's factory and the inputs its executor specialises on (None: not
-    scripted)."""
-    if not p.spec.script:
-        return None
-    spec = p.spec
-    return str(targets.target_of(p.cfg.model.build)), \
-        (dataclasses.astuple(spec.shape), str(spec.dtype), spec.requires_grad)
-
-
-def _clash(a: Optional[tuple], b: Optional[tuple]) -> bool:
-    return a is not None and b is not None and a[0] == b[0] and a[1] != b[1]
-
-
 @dataclass
 class Block:
     """Configurations (indices of the window's plans) that share `processes` workers: the
@@ -75,13 +58,11 @@ class Block:
 
 def blocks(plans: Sequence[job.Plan]) -> list[Block]:
     """The window's blocks, in the order their first configuration comes: each
-    configuration joins the first block of its key holding no scripted instance of its model
-    with other inputs."""
+    configuration joins the block of its key."""
     found: list[Block] = []
     for i, p in enumerate(plans):
-        k, mine = key(p, i), signature(p)
-        block = next((b for b in found if b.key == k and not any(
-            _clash(mine, signature(plans[j])) for j in b.members)), None)
+        k = key(p, i)
+        block = next((b for b in found if b.key == k), None)
         if block is None:
             block = Block(k, python=str(p.cfg.bench.python or ""), pinned=pinned(p))
             found.append(block)

@@ -181,16 +181,37 @@ def members(plans: list[job.Plan]) -> list[list[int]]:
     return [b.members for b in blocks.blocks(plans)]
 
 
-def test_threads_and_a_scripted_model_with_other_inputs_keep_processes_apart():
+def test_threads_keep_processes_apart_and_a_scripted_model_s_inputs_do_not():
     base = ["model=jit", "backend=aten"]
     assert members([plan(*base), plan(*base, "seed=1")]) == [[0, 1]]
     assert members([plan(*base), plan(*base, "bench.num_threads=1")]) == [[0], [1]]
-    # One scripted class, two input shapes or grad modes: its executor would be shared.
-    assert members([plan(*base), plan(*base, "shape.hidden_size=40")]) == [[0], [1]]
-    assert members([plan(*base), plan(*base, "bench.backward=false")]) == [[0], [1]]
-    # Another loop model at the same inputs, nn.LSTM (never scripted) at any: one block.
+    # One scripted model at two input shapes or grad modes: each scripts a class of its own
+    # (the next test), so they share workers and are compared within them.
+    assert members([plan(*base), plan(*base, "shape.hidden_size=40")]) == [[0, 1]]
+    assert members([plan(*base), plan(*base, "bench.backward=false")]) == [[0, 1]]
     assert members([plan(*base), plan("model=jit_premul", "backend=aten"),
                     plan("model=lstm", "backend=aten", "shape.hidden_size=40")]) == [[0, 1, 2]]
+
+
+def test_one_scripted_model_at_two_shapes_in_one_process_runs_a_graph_of_its_own_each():
+    """Two instances of one scripted class would share one profiling executor: the second
+    shape would run through the first one's specialised graph (its guards failing) instead
+    of a graph of its own. Each configuration scripts a class of its own."""
+    import torch
+
+    from rnnexp.backends.scripting import scripted_module
+
+    plans = [plan("model=jit", "backend=jit", "shape=small", f"shape.seq_len={n}",
+                  "bench.backward=false") for n in (5, 7)]
+    built = [p.backend.prepare(job.build_workload(p.cfg, p.spec)) for p in plans]
+    types = [scripted_module(w)._c._type() for w in built]
+    assert types[0] != types[1]
+    for _ in range(3):  # alternating, as a worker visits its configurations
+        for own, workload in zip(types, built, strict=True):
+            with torch.no_grad():
+                workload.run_forward()
+            graph = torch.jit.last_executed_optimized_graph()
+            assert next(graph.inputs()).type() == own  # its own executor's graph ran
 
 
 def test_set_up_runs_side_by_side_as_the_cores_allow(monkeypatch):
