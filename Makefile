@@ -49,12 +49,13 @@ valgrind:  ## Debian's valgrind for bench.metric=instructions (apt-get as root, 
 # sweeps start processes of their own); a file's tests stay on one worker, so the real sweep
 # or server its module fixtures make is made once.
 # The whole suite waits as much as it computes (servers starting, a SLURM cluster, signals,
-# time limits): a worker more than the cores keeps them busy, and its longest files go first
-# (tests/conftest.py: LONGEST_FIRST) — on 2 idle cores 17.5 min, where two workers in xdist's
-# own order (the SLURM file last) took 21.6 min for a suite that also ran more processes.
+# time limits): two workers more than the cores keep them busy, and its longest files go
+# first (tests/conftest.py: LONGEST_FIRST) — on 2 idle cores 15.1 min with four workers
+# (1,436 CPU-s, the cores 79% busy), 15.9-17.5 min with three, 21.6 min with two in xdist's
+# own order (the SLURM file last) for a suite that also ran more processes.
 XDIST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 XDIST ?= -n $(XDIST_WORKERS) --dist loadfile
-XDIST_ALL ?= -n $(shell echo $$(( $(XDIST_WORKERS) + 1 ))) --dist loadfile --no-loadscope-reorder
+XDIST_ALL ?= -n $(shell echo $$(( $(XDIST_WORKERS) + 2 ))) --dist loadfile --no-loadscope-reorder
 
 test:  ## the fast suite, in parallel: all but the tests marked slow (GPU tests skip without one)
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
