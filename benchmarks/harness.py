@@ -33,9 +33,9 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   configuration (identical work), compared with `--baseline seed=0`; (b) A/A apart — two
   one-job sweeps of it run one after the other, compared run against run with `--against`;
   (c) power — one interleaved sweep of shape.seq_len=20,21 of it (5% more work, exactly,
-  by the work counts; the two shapes of a scripted loop cannot share workers), and one of
-  nn.LSTM at shape.seq_len=100,105 (shared workers, paired process by process), each with
-  `--baseline` the shorter. It counts cells flagged and gate alarms
+  by the work counts), and one of nn.LSTM at shape.seq_len=100,105, both sides of each in
+  shared workers, paired process by process, each with `--baseline` the shorter
+  (`--planted-only`: these two alone). It counts cells flagged and gate alarms
   (`--fail-on-regression 5`) for the A/As (α promises ≤ 5%), and for the planted slowdown how
   often it is found and how often the interval covers the work counts' ratio, with each
   sweep's wall time, the spread between processes of the paired differences, and the
