@@ -270,9 +270,11 @@ class Check:
                 step.fail(f"{label}: exit {proc.returncode}: {last_line(proc.stderr)}")
                 continue
             for name, v in json.loads(out.read_text())["variants"].items():
+                mhz = [row[3] for row in v["samples"] if row[3] is not None]
                 step.figures[f"{label}: {name}"] = {
                     k: v[k]["iqr_pct"] for k in ("forward", "backward") if k in v} | {
-                    "fwd_ms": v["forward"]["median_ms"]}
+                    "fwd_ms": v["forward"]["median_ms"]} | (
+                    {"sm_clock_mhz": [min(mhz), max(mhz)]} if mhz else {})
         proc = self.rnnexp(step, "job", ["model=jit_premul", f"backend={backend}", *shape,
                                          "bench.processes=1", *LEAN, "bench.memory=false"],
                            120)

@@ -11,10 +11,13 @@ each visited once per round in a fresh random order, `--iters` samples a visit:
 - `events`: rnnexp's clock — device events around each forward and backward, iterations
   back to back, one synchronise per sample (what a sweep times);
 - `host, synchronised`: the host's clock with a synchronise before every mark;
-- `events, 1 thread`: as `events` with torch's intra-op threads at 1.
+- `events, 1 thread`: as `events` with torch's intra-op threads at 1;
+- `events, synchronised at each start`: as `events` with a synchronise before the forward's
+  and the backward's start marks, so no work queued earlier runs inside either.
 
-Writes every sample, in order, with its round, to FILE (JSON), and prints each variant's
-median and IQR as a share of it.
+Writes every sample, in order, as [round, forward ms, backward ms, the GPU's SM clock in MHz
+after it (NVML through torch.cuda.clock_rate; None without one)] to FILE (JSON), and prints
+each variant's median and IQR as a share of it.
 """
 
 from __future__ import annotations
@@ -36,11 +39,45 @@ from rnnexp.measure import job  # noqa: E402
 from rnnexp.measure.timing import CudaEventClock, PerfCounterClock, Timer  # noqa: E402
 
 
+class StartSynchronised:
+    """A clock that synchronises before every other mark: the Timer marks a phase's start,
+    then its end, so each start waits for whatever was queued before it."""
+
+    def __init__(self, clock):
+        self.clock, self.name, self._starts = clock, f"{clock.name}, start synchronised", True
+
+    def arm(self, n: int) -> None:
+        getattr(self.clock, "arm", lambda n: None)(n)
+
+    def mark(self):
+        if self._starts:
+            self.clock.sync()
+        self._starts = not self._starts
+        return self.clock.mark()
+
+    def sync(self) -> None:
+        self.clock.sync()
+
+    def elapsed_ms(self, start, end) -> float:
+        return self.clock.elapsed_ms(start, end)
+
+
 def clocks(device: torch.device) -> dict:
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     events = CudaEventClock(device) if device.type == "cuda" else PerfCounterClock(sync)
     return {"events": (events, None), "host, synchronised": (PerfCounterClock(sync), None),
-            "events, 1 thread": (events, 1)}
+            "events, 1 thread": (events, 1),
+            "events, synchronised at each start": (StartSynchronised(events), None)}
+
+
+def sm_clock(device: torch.device):
+    """The GPU's SM clock in MHz now, or None (no GPU, no NVML)."""
+    if device.type != "cuda":
+        return None
+    try:
+        return torch.cuda.clock_rate(device)
+    except Exception:  # NVML missing or not readable here: the figure is optional
+        return None
 
 
 def summary(values: list[float]) -> dict:
@@ -74,16 +111,17 @@ def main(argv=None) -> int:
             rng.shuffle(order)
             for name in order:
                 torch.set_num_threads(variants[name][1] or threads)
-                got = timers[name].run(args.iters)
-                backward = got.backward_ms or [None] * len(got.forward_ms)
-                samples[name] += [(r, f, b) for f, b in zip(got.forward_ms, backward,
-                                                            strict=True)]
+                for _ in range(args.iters):
+                    got = timers[name].run(1)
+                    samples[name].append((r, got.forward_ms[0],
+                                          got.backward_ms[0] if got.backward_ms else None,
+                                          sm_clock(p.device)))
         torch.set_num_threads(threads)
     result = {"overrides": args.overrides, "threads": threads, "device": str(p.device),
               "variants": {}}
     for name, rows in samples.items():
-        fwd = [f for _, f, _ in rows]
-        bwd = [b for _, _, b in rows if b is not None]
+        fwd = [f for _, f, _, _ in rows]
+        bwd = [b for _, _, b, _ in rows if b is not None]
         result["variants"][name] = {"forward": summary(fwd),
                                     **({"backward": summary(bwd)} if bwd else {}),
                                     "samples": rows}

@@ -65,13 +65,33 @@ def test_the_loop_alone_is_timed_under_every_variant_and_each_sample_kept(tmp_pa
     assert loop_spread.main(["--out", str(out), "--rounds", "2", "--iters", "3",
                              "--warmup", "1", "model=jit", "backend=jit", "shape=small"]) == 0
     result = json.loads(out.read_text())
-    assert set(result["variants"]) == {"events", "host, synchronised", "events, 1 thread"}
+    assert set(result["variants"]) == {"events", "host, synchronised", "events, 1 thread",
+                                       "events, synchronised at each start"}
     for v in result["variants"].values():
-        # every sample, in order, with its round: 2 rounds × 3 samples
-        assert [r for r, _, _ in v["samples"]] == [0, 0, 0, 1, 1, 1]
-        assert all(f > 0 and b > 0 for _, f, b in v["samples"])
+        # every sample, in order, with its round: 2 rounds × 3 samples; no GPU, no clock
+        assert [r for r, _, _, _ in v["samples"]] == [0, 0, 0, 1, 1, 1]
+        assert all(f > 0 and b > 0 and mhz is None for _, f, b, mhz in v["samples"])
         assert v["forward"]["median_ms"] > 0 and v["forward"]["iqr_pct"] >= 0
     assert torch.get_num_threads() == result["threads"]  # the 1-thread variant put it back
+
+
+def test_the_start_synchronised_clock_waits_before_each_start_only():
+    calls = []
+
+    class Clock:
+        name = "fake"
+
+        def sync(self):
+            calls.append("sync")
+
+        def mark(self):
+            calls.append("mark")
+            return len(calls)
+
+    clock = loop_spread.StartSynchronised(Clock())
+    for _ in range(4):  # forward start, end, backward start, end
+        clock.mark()
+    assert calls == ["sync", "mark", "mark", "sync", "mark", "mark"]
 
 
 def test_a_failed_job_is_named_with_its_reason(tmp_path):
