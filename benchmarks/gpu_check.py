@@ -257,14 +257,12 @@ class Check:
         shape = [] if self.cuda else ["shape=small", "device=cpu"]
         backend = "cudnn" if self.cuda else "jit"
         folder = self.folder(step)
-        for label, extra, rounds in (("alone", [f"backend={backend}"], 5),
-                                     ("alone_te", ["backend=te"], 3)):
-            if label == "alone_te" and not self.cuda:
-                continue
+        parts = [("alone", backend, 5)] + ([("alone_te", "te", 3)] if self.cuda else [])
+        for label, part_backend, rounds in parts:
             out = folder / f"{label}.json"
             proc = self.run(step, label, [
                 self.python, str(ROOT / "benchmarks" / "loop_spread.py"), "--out", str(out),
-                "--rounds", str(rounds), "model=jit_premul", *extra, *shape,
+                "--rounds", str(rounds), "model=jit_premul", f"backend={part_backend}", *shape,
                 *(["device=cuda"] if self.cuda else [])], 120)
             if proc.returncode or not out.exists():
                 step.fail(f"{label}: exit {proc.returncode}: {last_line(proc.stderr)}")

@@ -33,9 +33,9 @@ from torch.utils._pytree import tree_map
 TF32 = "tf32"
 PERSIST_SMALL_H = "cudnn_persist_small_h"
 EMULATED = "emulated"
-TF32_EPS = 2.0 ** -10  # TF32 keeps 10 of float32's 23 mantissa bits
 # The mantissa bits a matmul's float32 operands keep, per arithmetic that rounds them.
 OPERAND_BITS = {TF32: 10, PERSIST_SMALL_H: 16}
+TF32_EPS = 2.0 ** -OPERAND_BITS[TF32]  # TF32 keeps 10 of float32's 23 mantissa bits
 
 _aten = torch.ops.aten
 MATMULS = {_aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default,
@@ -49,11 +49,6 @@ def round_mantissa(t: torch.Tensor, keep: int) -> torch.Tensor:
     bits = t.contiguous().view(torch.int32)
     rounded = (bits + ((1 << (drop - 1)) - 1) + ((bits >> drop) & 1)) & -(1 << drop)
     return rounded.view(torch.float32).view(t.shape)
-
-
-def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
-    """float32 values rounded to the nearest TF32 value (ties to even), still float32."""
-    return round_mantissa(t, OPERAND_BITS[TF32])
 
 
 class _Mode(TorchDispatchMode):
@@ -108,7 +103,7 @@ def eps(math: str, dtype: torch.dtype) -> float:
 
 def reference_dtype(math: str, dtype: torch.dtype) -> torch.dtype:
     """The dtype the low-precision reference is built in."""
-    return torch.float32 if math in (TF32, PERSIST_SMALL_H, EMULATED) else dtype
+    return torch.float32 if math in (*OPERAND_BITS, EMULATED) else dtype
 
 
 def round_tensors(tensors: Any, dtype: torch.dtype) -> None:
@@ -121,19 +116,27 @@ def round_tensors(tensors: Any, dtype: torch.dtype) -> None:
 
 
 @contextlib.contextmanager
+def matmuls_visible() -> Iterator[None]:
+    """oneDNN's fused RNN kernel off, so nn.LSTM's matmuls and cell ops reach a dispatch
+    mode as ops of their own; restored afterwards. (torch.backends.mkldnn.flags would also
+    reset oneDNN's determinism and precision settings.)"""
+    onednn = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = onednn
+
+
+@contextlib.contextmanager
 def arithmetic(math: str, dtype: torch.dtype) -> Iterator[None]:
     """Entered around the low-precision reference's runs; nothing for native arithmetic."""
     if math not in (*OPERAND_BITS, EMULATED):
         yield
         return
     mode = RoundedOperands(OPERAND_BITS[math]) if math in OPERAND_BITS else RoundedTo(dtype)
-    onednn = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = False  # nn.LSTM's matmuls as visible ops
-    try:
-        with mode:
-            yield
-    finally:
-        torch.backends.mkldnn.enabled = onednn
+    with matmuls_visible(), mode:
+        yield
 
 
 def describe(math: str, dtype: torch.dtype) -> str:
@@ -141,8 +144,8 @@ def describe(math: str, dtype: torch.dtype) -> str:
     if math == TF32:
         return "float32 with TF32 matmuls, emulated"
     if math == PERSIST_SMALL_H:
-        return ("float32 with matmul operands at 16 bits, as cuDNN's persistent small-hidden "
-                "kernels, emulated")
+        return (f"float32 with matmul operands at {OPERAND_BITS[math]} bits, as cuDNN's "
+                "persistent small-hidden kernels, emulated")
     if math == EMULATED:
         return f"{name} emulated in float32"
     return name

@@ -38,6 +38,8 @@ from typing import Any, Iterator, Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from rnnexp.machine import emulation
+
 UNIT = 2.0 ** -24  # float32's unit roundoff u: half an ulp of 1
 FUNCTION_ULPS = 2.0  # CUDA C++ Programming Guide, single-precision math functions
 SEED = 0
@@ -141,13 +143,8 @@ class RandomRounding(TorchDispatchMode):
 def randomly_rounded(seed: int = SEED) -> Iterator[RandomRounding]:
     """Around a float32 reference's runs: oneDNN's fused RNN kernel off (nn.LSTM's matmuls
     and cell ops become visible ops), every result randomly rounded."""
-    onednn = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = False
-    try:
-        with RandomRounding(seed) as mode:
-            yield mode
-    finally:
-        torch.backends.mkldnn.enabled = onednn
+    with emulation.matmuls_visible(), RandomRounding(seed) as mode:
+        yield mode
 
 
 def applies(math_: str, dtype: torch.dtype) -> bool:

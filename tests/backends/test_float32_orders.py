@@ -336,13 +336,8 @@ def bf16x3_lstm(shape=SMALL, seed=0):
     module = workload.forward
 
     def forward(*args):
-        onednn = torch.backends.mkldnn.enabled
-        torch.backends.mkldnn.enabled = False  # nn.LSTM's matmuls as visible ops
-        try:
-            with _Bf16x3():
-                return module(*args)
-        finally:
-            torch.backends.mkldnn.enabled = onednn
+        with emulation.matmuls_visible(), _Bf16x3():
+            return module(*args)
 
     workload.forward = forward
     return workload
