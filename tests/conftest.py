@@ -81,6 +81,17 @@ def migrated_store(store_template):
     return _at
 
 
+def cli_args(tmp_path: Path, migrated_store, args: Sequence[str], multirun: bool,
+             store: bool) -> list[str]:
+    """`run_cli`'s and `run_here`'s arguments: `-m` for a sweep, its folder under tmp_path,
+    and tmp_path/mlflow.db made (migrated, empty) unless `store` is False."""
+    dirs = [f"hydra.sweep.dir={tmp_path}/sweep"] if multirun else \
+        [f"hydra.run.dir={tmp_path}/run"]
+    if store and not (tmp_path / "mlflow.db").exists():
+        migrated_store(tmp_path / "mlflow.db")
+    return [*(["-m"] if multirun else []), *args, *dirs]
+
+
 @pytest.fixture
 def run_cli(tmp_path, migrated_store):
     """Run `python -m rnnexp ARGS` in a subprocess with outputs under tmp_path; its default
@@ -89,11 +100,8 @@ def run_cli(tmp_path, migrated_store):
 
     def _run(*args: str, multirun: bool = False, env: dict | None = None,
              timeout: float = 300, store: bool = True) -> subprocess.CompletedProcess:
-        dirs = [f"hydra.sweep.dir={tmp_path}/sweep"] if multirun else \
-            [f"hydra.run.dir={tmp_path}/run"]
-        if store and not (tmp_path / "mlflow.db").exists():
-            migrated_store(tmp_path / "mlflow.db")
-        cmd = [sys.executable, "-m", "rnnexp", *(["-m"] if multirun else []), *args, *dirs]
+        cmd = [sys.executable, "-m", "rnnexp",
+               *cli_args(tmp_path, migrated_store, args, multirun, store)]
         # Never the project's mlflow.db: the default store is one of the test's own (through
         # MLflow's env var, so it is not among the overrides a test checks).
         full_env = {**os.environ, "PYTHONWARNINGS": "ignore",
@@ -130,11 +138,7 @@ def run_here(tmp_path, migrated_store):
 
     def _run(*args: str, multirun: bool = False, store: bool = True
              ) -> subprocess.CompletedProcess:
-        dirs = [f"hydra.sweep.dir={tmp_path}/sweep"] if multirun else \
-            [f"hydra.run.dir={tmp_path}/run"]
-        if store and not (tmp_path / "mlflow.db").exists():
-            migrated_store(tmp_path / "mlflow.db")
-        return rnnexp_here(*(["-m"] if multirun else []), *args, *dirs,
+        return rnnexp_here(*cli_args(tmp_path, migrated_store, args, multirun, store),
                            store=f"sqlite:///{tmp_path}/mlflow.db")
 
     return _run
