@@ -12,6 +12,7 @@ import sys
 import time
 import venv
 from pathlib import Path
+from typing import Optional
 
 import psutil
 import pytest
@@ -165,38 +166,42 @@ def workers(parent: psutil.Process) -> list[psutil.Process]:
     return found
 
 
-def timing(proc: subprocess.Popen) -> bool:
-    """A worker of the sweep is stopped: only a worker that waits for its turn in the timed
+def parked(proc: subprocess.Popen) -> Optional[psutil.Process]:
+    """A stopped worker of the sweep: only a worker that waits for its turn in the timed
     rounds is (rnnexp.run.interleave parks the others)."""
     for worker in workers(psutil.Process(proc.pid)):
         try:
             if worker.status() == psutil.STATUS_STOPPED:
-                return True
+                return worker
         except psutil.Error:
             continue
-    return False
+    return None
 
 
-def signal_in_the_rounds(proc: subprocess.Popen, signum: int, sweep: Path) -> str:
-    """Send `signum` a few seconds into the window's rounds of the sweep in `sweep`; its
+def cpu_s(worker: psutil.Process) -> float:
+    times = worker.cpu_times()
+    return times.user + times.system
+
+
+def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
+    """Send `signum` once the window's rounds of the sweep `proc` are well under way; its
     stderr. A failed wait leaves no sweep running."""
     try:
         deadline = time.monotonic() + 180
-        while not timing(proc):
+        while (worker := parked(proc)) is None:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the window never started its rounds"
             time.sleep(0.001)
-        # The window waits for the sweep's start in the sinks (MLflow's import, store and
-        # parent run: seconds under load) after its workers are parked and before its first
-        # round; the sweep folder says when the parent run is made, and the sinks' imports for
-        # the sweep's end follow (a few seconds under load). The short job's three rounds then
-        # take well under a second idle; the margin is for a machine running other tests
-        # beside this one (the long job measures for many minutes).
-        while "mlflow" not in json.loads((sweep / "sweep.json").read_text())["state"]:
+        # A parked worker does nothing until the rounds start (after the sweep's start in the
+        # sinks: seconds under load), so its CPU time counts the rounds alone. The short job
+        # ends after 3 rounds of ~50 ms (bench.round_ms); 3 CPU-s of the worker is at least
+        # 15 rounds on 2 threads, however long a busy machine makes them (a fixed sleep
+        # was too short under CI's load). The long job measures for many minutes.
+        start = cpu_s(worker)
+        while cpu_s(worker) - start < 3.0:
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the sweep's start in the sinks never ended"
+            assert time.monotonic() < deadline, "the rounds never got 3 CPU-s"
             time.sleep(0.05)
-        time.sleep(10)
         proc.send_signal(signum)
         return proc.communicate(timeout=120)[1]
     finally:
@@ -207,7 +212,7 @@ def signal_in_the_rounds(proc: subprocess.Popen, signum: int, sweep: Path) -> st
 def test_a_scheduler_signal_ends_the_window_but_keeps_what_it_finished(tmp_path):
     proc = start_sweep(tmp_path, "model=lstm", "backend=aten", *TINY, "sinks=[json,mlflow]",
                        "bench.iters=3,1000000")
-    err = signal_in_the_rounds(proc, signal.SIGUSR2, tmp_path / "sweep")
+    err = signal_in_the_rounds(proc, signal.SIGUSR2)
     assert proc.returncode == 0, err  # the sweep goes on
     done, killed = results_of(tmp_path / "sweep")
     assert done["status"] == OK and done["phases"]["forward"]["n"] == 3
@@ -220,7 +225,7 @@ def test_sigterm_in_the_rounds_records_the_finished_job_and_kills_the_other(tmp_
 
     proc = start_sweep(tmp_path, "model=lstm", "backend=aten", *TINY, "sinks=[json,mlflow]",
                        "bench.iters=3,1000000")
-    signal_in_the_rounds(proc, signal.SIGTERM, tmp_path / "sweep")
+    signal_in_the_rounds(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGTERM
     done, killed = results_of(tmp_path / "sweep")
     assert done["status"] == OK and killed["status"] == "interrupted"
