@@ -154,6 +154,23 @@ def kill_tree(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+SLURM_PROGRAMS = {"srun", "sbatch", "salloc", "squeue", "scancel", "scontrol", "sacct", "sinfo"}
+
+
+def path_without_slurm(folder: Path) -> str:
+    """A PATH with every program of this one's but SLURM's (links in `folder`): a machine
+    without SLURM, whether or not the SLURM tests installed it while the suite runs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        if not os.path.isdir(directory):
+            continue
+        for entry in os.scandir(directory):
+            link = folder / entry.name
+            if entry.name not in SLURM_PROGRAMS and not link.exists():
+                link.symlink_to(entry.path)
+    return str(folder)
+
+
 def load_results(folder: Path) -> dict:
     return json.loads((Path(folder) / "results.json").read_text())
 

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from rnnexp.results import exit_codes
-from tests.conftest import ROOT, TINY, kill_tree, load_results
+from tests.conftest import ROOT, TINY, kill_tree, load_results, path_without_slurm
 from tests.faulty_models import STALLED_ENV
 from tests.results.test_tracking import runs_of
 
@@ -310,7 +310,8 @@ def test_a_launch_that_fails_closes_its_parent_and_compare_passes_over_it(tmp_pa
                                   tmp=tmp_path))
     assert code == 0, err
     code, out, err = finish(start("-m", "hydra/launcher=rnnexp_slurm", *TINY, "seed=0,1",
-                                  f"hydra.sweep.dir={tmp_path}/slurm", tmp=tmp_path))
+                                  f"hydra.sweep.dir={tmp_path}/slurm", tmp=tmp_path,
+                                  PATH=path_without_slurm(tmp_path / "bin")))
     assert code == exit_codes.USER_ERROR
     assert len(err.strip().splitlines()) == 1 and "srun" in err
     _, parents, children = runs_of(f"sqlite:///{tmp_path}/mlflow.db")

@@ -21,15 +21,15 @@ from rnnexp.results.result import CRASHED, INTERRUPTED, RESULTS_FILE, Result
 from rnnexp.results.sinks import Sweep
 from rnnexp.results.sinks import mlflow as mlflow_sink
 from rnnexp.results.sinks.mlflow import Mlflow, runs, store, view
-from tests.conftest import ROOT, TINY, free_port, load_results, rnnexp_here
+from tests.conftest import ROOT, TINY, free_port, load_results, path_without_slurm, rnnexp_here
 
 SWEEP = ["model=lstm,py", "backend=aten,cudnn", *TINY]  # 2 run, 2 declined (no CUDA here)
 
 
-def rnnexp(*args: str, command: str = "", timeout: float = 300, cwd: Path = ROOT
-           ) -> subprocess.CompletedProcess:
-    """`python -m rnnexp [COMMAND] ARGS` as a user runs it."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+def rnnexp(*args: str, command: str = "", timeout: float = 300, cwd: Path = ROOT,
+           path: str = "") -> subprocess.CompletedProcess:
+    """`python -m rnnexp [COMMAND] ARGS` as a user runs it (with `path` as PATH if given)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", **({"PATH": path} if path else {})}
     env.pop("MLFLOW_TRACKING_URI", None)  # every call here names its store
     return subprocess.run([sys.executable, "-m", "rnnexp", *filter(None, [command]), *args],
                           cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -320,7 +320,8 @@ def test_a_failed_launch_ends_its_parent_run(tmp_path):
     """Submitit finds no SLURM here: the launch fails after the parent run was opened."""
     uri = sqlite(tmp_path / "mlflow.db")
     proc = rnnexp("-m", "model=lstm,py", *TINY, "hydra/launcher=rnnexp_slurm",
-                  f"sinks.mlflow.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep")
+                  f"sinks.mlflow.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep",
+                  path=path_without_slurm(tmp_path / "bin"))
     assert proc.returncode != 0
     _, parents, children = runs_of(uri)
     assert len(parents) == 1 and not children
