@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -327,6 +328,18 @@ def test_a_launch_that_fails_closes_its_parent_and_compare_passes_over_it(tmp_pa
     assert "seed=0,1" in compare.stdout
 
 
+LOKY_TRACKER = re.compile(r"Traceback \(most recent call last\):\n"
+                          r"(?:  .*\n)*?  File \".*/loky/backend/resource_tracker\.py\".*\n"
+                          r"(?:  .*\n)*?KeyError: '/loky-[^']*'\n")
+
+
+def without_loky_tracker(err: str) -> str:
+    """stderr less loky's resource tracker's tracebacks: joblib's own helper process, killed
+    with its workers, sometimes unregisters a semaphore it never saw (a known loky race,
+    seen once under load) — not a traceback of rnnexp's."""
+    return LOKY_TRACKER.sub("", err)
+
+
 @pytest.mark.parametrize("launcher", [["hydra/launcher=rnnexp_local"],
                                       ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]])
 @pytest.mark.slow
@@ -349,7 +362,7 @@ def test_sigterm_to_a_launcher_in_processes_records_its_jobs_and_ends_them(launc
         raise
     code, out, err = finish(proc, 300)
     assert code == exit_codes.SIGTERM, err
-    assert "Traceback" not in err and "still running" not in err, err
+    assert "Traceback" not in without_loky_tracker(err) and "still running" not in err, err
     if "rnnexp_local" in launcher[0]:  # joblib ends its workers itself, at once
         assert "stopping 2 job process(es)" in err
     time.sleep(1)
