@@ -108,6 +108,12 @@ class QuietMode(Enum):
     refuse = "refuse"  # decline at once
 
 
+class MallocPolicy(Enum):
+    # glibc malloc's thresholds in the measuring processes (rnnexp.machine.malloc).
+    pinned = "pinned"  # fixed: allocations cost the same whatever the process ran before
+    system = "system"  # glibc's own, adapting to what the process allocated so far
+
+
 # Upper bounds of the timing policy (bench.*), so that a slip of the keyboard is refused
 # rather than measuring for days.
 ITERATIONS_MAX = 1_000_000
@@ -145,6 +151,10 @@ class BenchConfig:
     quiet: QuietMode = QuietMode.warn
     # How long `quiet=wait` waits for a quiet machine before declining, in seconds.
     quiet_timeout_s: float = 300.0
+    # glibc malloc's mmap and trim thresholds in the measuring processes: pinned, or glibc's
+    # adaptive ones, under which a configuration's time depends on what its process
+    # allocated before (another configuration, the verification) — rnnexp.machine.malloc.
+    malloc: MallocPolicy = MallocPolicy.pinned
     # Place each result against its device's measured GEMM and copy peaks (rnnexp.run.roofline;
     # measured once per device, dtype and thread count, then read from a cache).
     roofline: bool = True

@@ -94,6 +94,7 @@ class Environment:
     before: Optional[Look] = None  # over the set-up, up to right before the timed samples
     after: Optional[Look] = None  # over the timed samples (and the backend's finish)
     quiet: str = ""  # the bench.quiet policy in force
+    malloc: str = ""  # the measuring processes' malloc thresholds (rnnexp.machine.malloc)
     waited_s: float = 0.0  # time spent waiting for a quiet machine
     # How much this configuration's median moved between its earlier runs here (rnnexp.run.drift):
     # 1σ of their log fwd+bwd medians (None: not known), how many runs, over how many hours,

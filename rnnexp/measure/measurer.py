@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import torch
 
+from rnnexp.machine import malloc
 from rnnexp.machine.platform import Platform
 from rnnexp.measure import callgrind, job, phase_memory, profiling
 from rnnexp.measure.phase_memory import PhaseMemory
@@ -41,6 +42,7 @@ class Ready:
     iteration_ms: float  # one warm-up iteration (wall), for sizing rounds
     threads: int
     clock: str
+    malloc: str  # this process's malloc thresholds (bench.malloc, rnnexp.machine.malloc)
     # Seconds spent: building, scripting/compiling and the backend's untimed first runs;
     # verification; warm-up.
     setup_s: float = 0.0
@@ -80,11 +82,13 @@ class Measurer:
         self._timer: Optional[Timer] = None
         self._workload = None
         self._recompiled = ""  # the first change a round's check found
+        self._malloc = ""
 
     def setup(self) -> Ready:
         cfg, p = self.p.cfg, self.p
         if cfg.bench.num_threads:
             torch.set_num_threads(cfg.bench.num_threads)
+        self._malloc = malloc.apply(cfg.bench.malloc.value)  # before the first buffer
         with p.backend.context():
             return self._setup()
 
@@ -122,7 +126,7 @@ class Measurer:
         return Ready(work=workload.work, no_backward_reason=no_backward,
                      verification=verification,
                      block=block_for(iteration_ms, cfg.bench.block_ms), iteration_ms=iteration_ms,
-                     threads=torch.get_num_threads(), clock=clock.name,
+                     threads=torch.get_num_threads(), clock=clock.name, malloc=self._malloc,
                      setup_s=t1 - t0, verify_s=t2 - t1, warmup_s=t3 - t2,
                      start=start_of(p, workload, build_s))
 

@@ -4,7 +4,8 @@ at once.
 A worker process hosts every configuration of its block: the configurations whose
 process-global state is the same — what their backends leave set for the whole process
 (`Backend.process_state`: TorchScript's executor and fuser flags), the intra-op threads
-(bench.num_threads), the interpreter (bench.python) and the device. Each is built once in
+(bench.num_threads), malloc's thresholds (bench.malloc), the interpreter (bench.python) and
+the device. Each is built once in
 each worker and visited in a fresh random order every round, so within a process the
 comparison is paired, and a block of N configurations measured in k processes costs k
 workers, not N × k. A backend whose set-up resets what others rely on (torch.compile's
@@ -35,7 +36,8 @@ def key(p: job.Plan, index: int) -> Hashable:
     if state is None:
         return ("own", index)
     python = os.path.abspath(p.cfg.bench.python) if job.foreign(p.cfg.bench.python) else ""
-    return (state, p.cfg.bench.num_threads, python, str(p.device), pinned(p))
+    return (state, p.cfg.bench.num_threads, p.cfg.bench.malloc, python, str(p.device),
+            pinned(p))
 
 
 def pinned(p: job.Plan) -> bool:

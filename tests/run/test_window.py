@@ -78,7 +78,8 @@ class FakeHost:
             self._answer = error or Ready(
                 work=Work(1, 1.0, 1.0, 1.0, 1.0), no_backward_reason="",
                 verification=Verification("passed") if verify else None, block=1,
-                iteration_ms=1.0, threads=1, clock="perf_counter", setup_s=0.1)
+                iteration_ms=1.0, threads=1, clock="perf_counter", malloc="system",
+                setup_s=0.1)
         elif kind == "round":
             n = args[0]
             if m.die_in_round == self.number:
@@ -181,10 +182,12 @@ def members(plans: list[job.Plan]) -> list[list[int]]:
     return [b.members for b in blocks.blocks(plans)]
 
 
-def test_threads_keep_processes_apart_and_a_scripted_model_s_inputs_do_not():
+def test_threads_and_malloc_keep_processes_apart_and_a_scripted_model_s_inputs_do_not():
     base = ["model=jit", "backend=aten"]
     assert members([plan(*base), plan(*base, "seed=1")]) == [[0, 1]]
     assert members([plan(*base), plan(*base, "bench.num_threads=1")]) == [[0], [1]]
+    # malloc's thresholds are the process's, and cannot be unpinned once pinned.
+    assert members([plan(*base), plan(*base, "bench.malloc=system")]) == [[0], [1]]
     # One scripted model at two input shapes or grad modes: each scripts a class of its own
     # (the next test), so they share workers and are compared within them.
     assert members([plan(*base), plan(*base, "shape.hidden_size=40")]) == [[0, 1]]
