@@ -28,7 +28,8 @@ run (absolute times on a shared machine are noise; the inputs are printed with e
   interval the same process medians give without the drift between earlier runs
   (rnnexp.run.drift; every run here adds to that history).
 - compare: whether rnnexp.analysis.compare tells identical work from a real difference on this
-  machine, with default settings (`--processes K` sets bench.processes instead), over
+  machine, with default settings (`--processes K` sets bench.processes instead, `--iters N`
+  bench.iters, `--malloc system` bench.malloc), over
   `--trials` repetitions of: (a) A/A interleaved — one sweep of two seeds of the same
   configuration (identical work), compared with `--baseline seed=0`; (b) A/A apart — two
   one-job sweeps of it run one after the other, compared run against run with `--against`;
@@ -244,10 +245,12 @@ def upstream_run(path: Path) -> float:
 
 def fastrnns(rounds: int, tmp: Path, baseline: Optional[Path], upstream: Optional[Path]
              ) -> None:
-    variants = [("fixed (bench=default)", ROOT, ["bench=default"]),
+    # Upstream's count of timed iterations (rnnexp's default times 300): the same work.
+    upstream_count = ["bench=default", "bench.iters=100"]
+    variants = [("fixed (bench=default)", ROOT, upstream_count),
                 ("adaptive (bench=adaptive)", ROOT, ["bench=adaptive"])]
     if baseline is not None:
-        variants.insert(0, (f"fixed, {baseline}", baseline, ["bench=default"]))
+        variants.insert(0, (f"fixed, {baseline}", baseline, upstream_count))
     walls = {name: [] for name, _, _ in variants}
     results = {name: [] for name, _, _ in variants}
     loads: list[str] = []
@@ -448,10 +451,13 @@ SHARED_PLANT = ["model=lstm", "backend=aten", "device=cpu", "shape.input_size=12
 
 
 def comparisons(trials: int, tmp: Path, processes: Optional[int] = None,
-                planted_only: bool = False) -> None:
+                planted_only: bool = False, iters: Optional[int] = None,
+                malloc: Optional[str] = None) -> None:
     """A/A interleaved, A/A apart and a planted 5% slowdown (on `jit` and on nn.LSTM),
     `trials` times each (`planted_only`: the planted slowdowns alone)."""
-    extra = [f"bench.processes={processes}"] if processes else []
+    extra = [*([f"bench.processes={processes}"] if processes else []),
+             *([f"bench.iters={iters}"] if iters else []),
+             *([f"bench.malloc={malloc}"] if malloc else [])]
     compared = [*COMPARED, *extra]
     plants = {"+5% work on jit, interleaved": (compared, (20, 21)),
               "+5% work on nn.LSTM, interleaved": ([*SHARED_PLANT, *extra], (100, 105))}
@@ -585,6 +591,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="compare: the planted slowdowns alone, without the A/As")
     parser.add_argument("--processes", type=int, default=None,
                         help="compare: bench.processes (default: the configuration's)")
+    parser.add_argument("--iters", type=int, default=None,
+                        help="compare: bench.iters (default: the configuration's)")
+    parser.add_argument("--malloc", choices=["pinned", "system"], default=None,
+                        help="compare: bench.malloc (default: the configuration's)")
     parser.add_argument("--cells", type=int, default=1000, help="report: cells (default 1000)")
     parser.add_argument("--seeds", type=int, default=20, help="search: replayed searches "
                         "per sampler (default 20)")
@@ -614,7 +624,8 @@ def main(argv: list[str] | None = None) -> None:
                                       "device=cpu", *SHAPE])
     if "compare" in parts:
         with tempfile.TemporaryDirectory(prefix="rnnexp-bench-") as tmp:
-            comparisons(args.trials, Path(tmp), args.processes, args.planted_only)
+            comparisons(args.trials, Path(tmp), args.processes, args.planted_only,
+                        args.iters, args.malloc)
     if "report" in parts:
         from report_bench import report
 

@@ -20,7 +20,7 @@ def test_defaults_compose_to_fastrnns_shape():
         (100, 1, 512, 512, 64)
     assert typed.device.kind is DeviceKind.auto
     assert typed.dtype is DType.float32
-    assert (typed.bench.warmup, typed.bench.iters) == (10, 100)
+    assert (typed.bench.warmup, typed.bench.iters) == (10, 300)
 
 
 def test_every_shape_field_is_overridable():
