@@ -23,7 +23,7 @@ from typing import Optional
 # mallopt(3) parameters (malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-# The largest mmap threshold glibc accepts on 64-bit (HEAP_MAX_SIZE / 2).
+# 32 MiB: DEFAULT_MMAP_THRESHOLD_MAX on 64-bit, the most some glibc versions accept.
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 256 << 20
 PINNED, SYSTEM = "pinned", "system"

@@ -5,11 +5,11 @@ A worker process hosts every configuration of its block: the configurations whos
 process-global state is the same — what their backends leave set for the whole process
 (`Backend.process_state`: TorchScript's executor and fuser flags), the intra-op threads
 (bench.num_threads), malloc's thresholds (bench.malloc), the interpreter (bench.python) and
-the device. Each is built once in
-each worker and visited in a fresh random order every round, so within a process the
-comparison is paired, and a block of N configurations measured in k processes costs k
-workers, not N × k. A backend whose set-up resets what others rely on (torch.compile's
-`dynamo.reset()`) gets workers of its own for each configuration.
+the device. Each is built once in each worker and visited in a fresh random order every
+round, so within a process the comparison is paired, and a block of N configurations
+measured in k processes costs k workers, not N × k. A backend whose set-up resets what
+others rely on (torch.compile's `dynamo.reset()`) gets workers of its own for each
+configuration.
 
 Scripted configurations of one model at different inputs (shape, dtype, grad mode) share
 workers too: each scripts a class of its own (rnnexp.models.loops.script), so each has its
