@@ -183,6 +183,9 @@ def cpu_s(worker: psutil.Process) -> float:
     return times.user + times.system
 
 
+ROUNDS = "bench.round_ms=1"  # the long job's share of a round: one sample, or about 1 ms
+
+
 def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
     """Send `signum` once the window's rounds of the sweep `proc` are well under way; its
     stderr. A failed wait leaves no sweep running."""
@@ -194,9 +197,10 @@ def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
             time.sleep(0.001)
         # A parked worker does nothing until the rounds start (after the sweep's start in the
         # sinks: seconds under load), so its CPU time counts the rounds alone. The short job
-        # ends after 3 rounds of ~50 ms (bench.round_ms); 3 CPU-s of the worker is at least
-        # 15 rounds on 2 threads, however long a busy machine makes them (a fixed sleep
-        # was too short under CI's load). The long job measures for many minutes.
+        # ends after its 3 rounds, and a round is a sample of each job (ROUNDS: a round of
+        # ~1 ms), so 3 CPU-s of the worker are hundreds of rounds, however much a busy
+        # machine slows and spins its threads. (A fixed sleep, then 3 CPU-s of 50-ms rounds,
+        # were too short under CI's load.) The long job measures for many minutes.
         start = cpu_s(worker)
         while cpu_s(worker) - start < 3.0:
             assert proc.poll() is None, proc.communicate()
@@ -211,7 +215,7 @@ def signal_in_the_rounds(proc: subprocess.Popen, signum: int) -> str:
 @pytest.mark.slow
 def test_a_scheduler_signal_ends_the_window_but_keeps_what_it_finished(tmp_path):
     proc = start_sweep(tmp_path, "model=lstm", "backend=aten", *TINY, "sinks=[json,mlflow]",
-                       "bench.iters=3,1000000")
+                       "bench.iters=3,1000000", ROUNDS)
     err = signal_in_the_rounds(proc, signal.SIGUSR2)
     assert proc.returncode == 0, err  # the sweep goes on
     done, killed = results_of(tmp_path / "sweep")
@@ -224,7 +228,7 @@ def test_sigterm_in_the_rounds_records_the_finished_job_and_kills_the_other(tmp_
     from mlflow.tracking import MlflowClient
 
     proc = start_sweep(tmp_path, "model=lstm", "backend=aten", *TINY, "sinks=[json,mlflow]",
-                       "bench.iters=3,1000000")
+                       "bench.iters=3,1000000", ROUNDS)
     signal_in_the_rounds(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGTERM
     done, killed = results_of(tmp_path / "sweep")
