@@ -593,7 +593,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="compare: bench.processes (default: the configuration's)")
     parser.add_argument("--iters", type=int, default=None,
                         help="compare: bench.iters (default: the configuration's)")
-    parser.add_argument("--malloc", choices=["pinned", "system"], default=None,
+    parser.add_argument("--malloc", choices=[p.value for p in schema.MallocPolicy], default=None,
                         help="compare: bench.malloc (default: the configuration's)")
     parser.add_argument("--cells", type=int, default=1000, help="report: cells (default 1000)")
     parser.add_argument("--seeds", type=int, default=20, help="search: replayed searches "

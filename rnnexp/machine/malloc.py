@@ -20,13 +20,14 @@ import functools
 import platform
 from typing import Optional
 
+from rnnexp.config.schema import MallocPolicy
+
 # mallopt(3) parameters (malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 # 32 MiB: DEFAULT_MMAP_THRESHOLD_MAX on 64-bit, the most some glibc versions accept.
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 256 << 20
-PINNED, SYSTEM = "pinned", "system"
 
 
 class MallInfo2(ctypes.Structure):
@@ -53,18 +54,19 @@ def pin() -> str:
     if not (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
             and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
         return ""
-    return (f"{PINNED}: glibc mmap_threshold {MMAP_THRESHOLD >> 20} MiB, "
+    return (f"{MallocPolicy.pinned.value}: glibc mmap_threshold {MMAP_THRESHOLD >> 20} MiB, "
             f"trim_threshold {TRIM_THRESHOLD >> 20} MiB")
 
 
-def apply(policy: str) -> str:
+def apply(policy: MallocPolicy) -> str:
     """bench.malloc in this process: its description for the result. glibc cannot go back
     to adapting its thresholds once they were set, so a process that pinned them says so."""
-    if policy == PINNED:
-        return pin() or f"{SYSTEM} (no glibc to pin)"
+    system = MallocPolicy.system.value
+    if policy is MallocPolicy.pinned:
+        return pin() or f"{system} (no glibc to pin)"
     if pin.cache_info().currsize:
         return f"{pin()} (pinned earlier in this process)"
-    return SYSTEM
+    return system
 
 
 def mmapped_bytes() -> Optional[int]:

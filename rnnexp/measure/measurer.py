@@ -82,17 +82,16 @@ class Measurer:
         self._timer: Optional[Timer] = None
         self._workload = None
         self._recompiled = ""  # the first change a round's check found
-        self._malloc = ""
 
     def setup(self) -> Ready:
         cfg, p = self.p.cfg, self.p
         if cfg.bench.num_threads:
             torch.set_num_threads(cfg.bench.num_threads)
-        self._malloc = malloc.apply(cfg.bench.malloc.value)  # before the first buffer
+        malloc_said = malloc.apply(cfg.bench.malloc)  # before the first buffer
         with p.backend.context():
-            return self._setup()
+            return self._setup(malloc_said)
 
-    def _setup(self) -> Ready:
+    def _setup(self, malloc_said: str) -> Ready:
         cfg, p = self.p.cfg, self.p
         t0 = time.perf_counter()
         built = job.build_workload(cfg, p.spec)
@@ -126,7 +125,7 @@ class Measurer:
         return Ready(work=workload.work, no_backward_reason=no_backward,
                      verification=verification,
                      block=block_for(iteration_ms, cfg.bench.block_ms), iteration_ms=iteration_ms,
-                     threads=torch.get_num_threads(), clock=clock.name, malloc=self._malloc,
+                     threads=torch.get_num_threads(), clock=clock.name, malloc=malloc_said,
                      setup_s=t1 - t0, verify_s=t2 - t1, warmup_s=t3 - t2,
                      start=start_of(p, workload, build_s))
 

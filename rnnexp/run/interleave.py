@@ -42,6 +42,7 @@ from rnnexp.errors import Interrupted, JobCrashed, RnnexpError
 from rnnexp.machine import environment, memory
 from rnnexp.machine.environment import Environment
 from rnnexp.measure import isolation, job
+from rnnexp.measure.measurer import Ready
 from rnnexp.measure.timing import Progress, Samples
 from rnnexp.results.result import Interleaving
 from rnnexp.run import blocks, counting, overlap, schedule
@@ -128,7 +129,7 @@ class Envelope:
         self.watch: Optional[environment.Watch] = None
         self._timed: Optional[environment.Snapshot] = None
 
-    def settle(self, threads: int, malloc: str, progress: Optional[Progress]) -> Environment:
+    def settle(self, ready: Optional[Ready], progress: Optional[Progress]) -> Environment:
         """Right before the first timed sample: the look over the set-up, waited for or
         refused as bench.quiet says. A set-up shorter than a look's window extends back to
         the previous window's last look rather than sleeping the rest of the window."""
@@ -136,8 +137,8 @@ class Envelope:
         bench = self.plan.cfg.bench
         env = environment.machine(self.plan.plat.cpu_name)
         env.quiet = bench.quiet.value
-        env.torch_threads = threads  # the measuring processes', not this one's
-        env.malloc = malloc
+        # The measuring processes' threads and malloc thresholds, not this one's.
+        env.torch_threads, env.malloc = (ready.threads, ready.malloc) if ready else (0, "")
         env.before, env.waited_s = environment.settle(
             bench.quiet.value, bench.quiet_timeout_s, progress,
             first=environment.look_since(self.set_up, earlier=environment.last_look()))
@@ -440,8 +441,7 @@ class Window:
             share_rounds([c for i, c in enumerate(self.configs) if self.live(i)])
             ready = next((c.readies[0] for i, c in enumerate(self.configs) if self.live(i)),
                          None)
-            self.envelope.settle(ready.threads if ready else 0, ready.malloc if ready else "",
-                                 self.progress)
+            self.envelope.settle(ready, self.progress)
             self.rounds()
             self.envelope.close()
             self.close()  # the timing workers' memory is the counting processes' to use

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.skipif(malloc.mmapped_bytes() is None, reason="needs gl
 # A fresh interpreter: pinning lasts for a process's life.
 PROBE = """
 import json, sys, torch
+from rnnexp.config.schema import MallocPolicy
 from rnnexp.machine import malloc
-said = malloc.apply(sys.argv[1])
+said = malloc.apply(MallocPolicy(sys.argv[1]))
 before = malloc.mmapped_bytes()
 held = torch.empty(1 << 20).fill_(1)  # 4 MiB: above glibc's first threshold (128 KiB)
 print(json.dumps({"said": said, "mmapped": malloc.mmapped_bytes() - before}))
@@ -40,8 +41,9 @@ def test_pinned_a_4_mib_buffer_comes_from_the_heap_and_under_glibc_s_own_it_is_m
 
 def test_a_process_that_pinned_them_says_so_when_asked_for_glibc_s_own():
     done = subprocess.run([sys.executable, "-c",
-                           "from rnnexp.machine import malloc; malloc.apply('pinned'); "
-                           "print(malloc.apply('system'))"],
+                           "from rnnexp.config.schema import MallocPolicy as P; "
+                           "from rnnexp.machine import malloc; malloc.apply(P.pinned); "
+                           "print(malloc.apply(P.system))"],
                           capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == ("pinned: glibc mmap_threshold 32 MiB, trim_threshold "
                                    "256 MiB (pinned earlier in this process)")
