@@ -103,6 +103,9 @@ class Backend:
     # say: first-use costs (cuDNN handles and dropout state, MIOpen's kernel compilation,
     # allocator growth) must never land in timed iteration 0.
     FIRST_CALLS = 1
+    # What `prepare` builds runs as well whatever the intra-op threads were while it was
+    # built: workers may build on one thread side by side (rnnexp.run.blocks).
+    builds_on_one_thread = True
 
     def __init__(self, plat: Platform, device: torch.device,
                  dtype: torch.dtype = torch.float32, **options):

@@ -36,6 +36,9 @@ CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 class Inductor(Backend):
     name = "inductor"
     AFTER_COMPILE_CALLS = 2
+    # Its CPU kernels run on the intra-op threads it saw when it compiled them
+    # (torch._inductor.utils.parallel_num_threads: `#pragma omp parallel num_threads(N)`).
+    builds_on_one_thread = False
 
     def __init__(self, plat: Platform, device: torch.device, mode: str = "default",
                  allow_rnn: bool = False, cache: bool = True, **options):

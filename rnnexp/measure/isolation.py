@@ -45,7 +45,7 @@ from rnnexp import errors
 from rnnexp.machine import memory
 from rnnexp.machine import platform as platform_mod
 from rnnexp.measure import callgrind, forkserver_tie, job, timing
-from rnnexp.measure.measurer import Measurer
+from rnnexp.measure.measurer import Measurer, Ready
 
 # Imported by the fork server before it forks a worker: torch, the measuring code and the
 # common models and backends (a worker imports anything else a plan names on unpickling).
@@ -200,18 +200,19 @@ def handle(slots: dict[int, Measurer], request: tuple, foreign_platform: bool = 
     kind, slot = request[0], request[1]
     measurer = slots.get(slot)
     try:
-        if kind == "add":
+        if kind in ("add", "build"):
             planned, verify_model = request[2], request[3]
             if foreign_platform:
                 planned.plat = platform_mod.current()
             measurer = slots[slot] = Measurer(planned, verify_model=verify_model)
-            ready = measurer.setup()
-            if foreign_platform:
-                ready.platform = planned.plat
-                ready.git_commit = platform_mod.git_commit()
-            return ("ok", ready)
+            if kind == "build":
+                measurer.build(one_thread=True)
+                return ("ok", None)
+            return ("ok", _ready(measurer, measurer.setup(), foreign_platform))
         if measurer is None:
             raise errors.JobCrashed(f"slot {slot} of this worker was never set up")
+        if kind == "warm":
+            return ("ok", _ready(measurer, measurer.warm(), foreign_platform))
         if kind == "round":
             return ("ok", measurer.round(request[2], request[3]))
         slots.pop(slot)
@@ -227,6 +228,15 @@ def handle(slots: dict[int, Measurer], request: tuple, foreign_platform: bool = 
             traceback.print_exc()
         _drop(slots, slot)
         return ("crash", crash_line(measurer, request, err))
+
+
+def _ready(measurer: Measurer, ready: Ready, foreign_platform: bool) -> Ready:
+    """A worker under another interpreter (bench.python) says whose platform and checkout
+    it measured with."""
+    if foreign_platform:
+        ready.platform = measurer.p.plat
+        ready.git_commit = platform_mod.git_commit()
+    return ready
 
 
 def crash_line(measurer: Optional[Measurer], request: tuple, err: BaseException) -> str:
@@ -257,8 +267,10 @@ def decode(answer: tuple) -> Any:
 
 class Host(Protocol):
     """A process that measures configurations in slots: a Worker, or Local (the job's own
-    process). `request` starts a call ("add", slot, plan, verify_model), ("round", slot, n,
-    block), ("finish", slot) or ("drop", slot); `answer` waits for it."""
+    process). `request` starts a call ("add", slot, plan, verify_model): build, verify and
+    warm up — or that in two calls, ("build", slot, plan, verify_model) on one intra-op
+    thread and ("warm", slot) —, ("round", slot, n, block), ("finish", slot) or ("drop",
+    slot); `answer` waits for it."""
 
     def request(self, *message: Any) -> None: ...
 
@@ -289,9 +301,16 @@ class Local:
         kind, slot = message[0], message[1]
         self._answer, self._error = None, None
         try:
-            if kind == "add":
+            if kind in ("add", "build"):
                 self._slots[slot] = Measurer(message[2], verify_model=message[3])
-                self._answer = self._slots[slot].setup()
+                if kind == "build":
+                    self._slots[slot].build(one_thread=True)
+                else:
+                    self._answer = self._slots[slot].setup()
+            elif slot not in self._slots:
+                raise errors.JobCrashed(f"slot {slot} of this process was never set up")
+            elif kind == "warm":
+                self._answer = self._slots[slot].warm()
             elif kind == "round":
                 self._answer = self._slots[slot].round(message[2], message[3])
             else:

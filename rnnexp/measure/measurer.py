@@ -75,23 +75,51 @@ class Finished:
     memory: Optional[PhaseMemory] = None  # the first process's, with bench.memory
 
 
+@dataclass
+class _Built:
+    """What `Measurer.build` leaves for `Measurer.warm`."""
+
+    workload: Any
+    verification: Optional[Verification]
+    malloc: str  # the malloc thresholds it applied (rnnexp.machine.malloc)
+    build_s: float  # the model's construction alone (start_of)
+    setup_s: float
+    verify_s: float
+
+
 class Measurer:
     def __init__(self, planned: job.Plan, *, verify_model: bool):
         self.p = planned
         self.verify_model = verify_model
         self._timer: Optional[Timer] = None
+        self._built: Optional[_Built] = None  # between build() and warm()
         self._workload = None
         self._recompiled = ""  # the first change a round's check found
 
     def setup(self) -> Ready:
+        """Build, verify and warm up, all on the configuration's intra-op threads."""
+        self.build()
+        return self.warm()
+
+    def build(self, one_thread: bool = False) -> None:
+        """Build, prepare (the backend's untimed first runs) and verify. `one_thread`: on one
+        intra-op thread, so that workers whose threads would fill the cores build side by
+        side (rnnexp.run.blocks.builds_side_by_side); the configuration's threads are back
+        before `warm`, which warms up on them."""
         cfg, p = self.p.cfg, self.p
         if cfg.bench.num_threads:
             torch.set_num_threads(cfg.bench.num_threads)
         malloc_said = malloc.apply(cfg.bench.malloc)  # before the first buffer
-        with p.backend.context():
-            return self._setup(malloc_said)
+        threads = torch.get_num_threads()
+        if one_thread:
+            torch.set_num_threads(1)
+        try:
+            with p.backend.context():
+                self._built = self._build(malloc_said)
+        finally:
+            torch.set_num_threads(threads)
 
-    def _setup(self, malloc_said: str) -> Ready:
+    def _build(self, malloc_said: str) -> _Built:
         cfg, p = self.p.cfg, self.p
         t0 = time.perf_counter()
         built = job.build_workload(cfg, p.spec)
@@ -103,6 +131,17 @@ class Measurer:
             verification = (verify(workload, p.spec.dtype, backward=cfg.bench.backward)
                             if cfg.bench.verify
                             else Verification("skipped", detail="bench.verify=false"))
+        return _Built(workload, verification, malloc_said, build_s, setup_s=t1 - t0,
+                      verify_s=time.perf_counter() - t1)
+
+    def warm(self) -> Ready:
+        """Warm up after `build`, on the configuration's threads; ready to be timed."""
+        assert self._built is not None, "build() first"
+        with self.p.backend.context():
+            return self._warm(self._built)
+
+    def _warm(self, built: _Built) -> Ready:
+        cfg, p, workload = self.p.cfg, self.p, built.workload
         t2 = time.perf_counter()
         # A counting worker (bench.metric=instructions) counts where others time; its
         # warm-up runs uninstrumented (the same instructions, several times faster under
@@ -120,14 +159,15 @@ class Measurer:
         p.backend.timed_start(workload)
         t3 = time.perf_counter()
         self._workload = workload
+        self._built = None
         no_backward = workload.no_backward_reason or ("" if cfg.bench.backward
                                                        else "bench.backward=false")
         return Ready(work=workload.work, no_backward_reason=no_backward,
-                     verification=verification,
+                     verification=built.verification,
                      block=block_for(iteration_ms, cfg.bench.block_ms), iteration_ms=iteration_ms,
-                     threads=torch.get_num_threads(), clock=clock.name, malloc=malloc_said,
-                     setup_s=t1 - t0, verify_s=t2 - t1, warmup_s=t3 - t2,
-                     start=start_of(p, workload, build_s))
+                     threads=torch.get_num_threads(), clock=clock.name, malloc=built.malloc,
+                     setup_s=built.setup_s, verify_s=built.verify_s, warmup_s=t3 - t2,
+                     start=start_of(p, workload, built.build_s))
 
     def round(self, n: int, block: int) -> Round:
         """`n` timed samples of `block` iterations each (the scheduler gives every process

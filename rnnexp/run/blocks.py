@@ -84,14 +84,31 @@ def threads_of(p: job.Plan) -> int:
 def at_once(plans: Sequence[job.Plan], workers: int, cores: int = 0) -> int:
     """How many workers build, verify and warm up side by side: as many as their threads fit
     on the cores. Side by side beyond that, their OpenMP threads spin against each other and
-    every set-up takes longer than one after the other. No core is kept for this process:
-    while workers set up it waits on them (and tells the sinks the sweep starts, in a
-    thread); fastrnns' CPU set at one thread on two cores took 33–37 s with two set-ups at
-    once against 48–50 s one after the other (docs/benchmarks.md). Timing is never side by
-    side (rnnexp.run.interleave)."""
+    every set-up takes longer than one after the other (fastrnns' CPU set on two cores, two
+    threads a worker: 78 s of set-up two at a time against 22 s one at a time). No core is
+    kept for this process: while workers set up it waits on them (and tells the sinks the
+    sweep starts, in a thread); fastrnns' CPU set at one thread on two cores took 33–37 s
+    with two set-ups at once against 48–50 s one after the other (docs/benchmarks.md).
+    Timing is never side by side (rnnexp.run.interleave)."""
     cores = cores or environment.usable_cores()
     per = max((threads_of(p) for p in plans), default=1)
     return max(1, min(workers, cores // per))
+
+
+def builds_side_by_side(plans: Sequence[job.Plan], workers: int, cores: int = 0) -> int:
+    """How many workers build and verify side by side on one intra-op thread each, before
+    they warm up `at_once` at a time on their own threads — where that is more than
+    `at_once` (their threads would fill the cores). Building and verifying a model are
+    mostly one thread's work (scripting, TorchScript's optimisation, small operators);
+    warm-up is on the threads it is timed on. 0: not worth splitting, or a backend's build
+    depends on the thread count (`Backend.builds_on_one_thread`: inductor compiles its CPU
+    kernels for the threads it sees)."""
+    cores = cores or environment.usable_cores()
+    side_by_side = min(workers, cores)
+    if side_by_side <= at_once(plans, workers, cores) or \
+            not all(p.backend.builds_on_one_thread for p in plans):
+        return 0
+    return side_by_side
 
 
 def workers_of(plans: Sequence[job.Plan]) -> int:

@@ -6,7 +6,9 @@ Set-up: the window's configurations are put in blocks (rnnexp.run.blocks): confi
 whose process-global state is the same share worker processes (rnnexp.measure.isolation),
 each built once per worker; every configuration gets `bench.processes` processes. Workers
 build, verify (the first process of each configuration) and warm up side by side where the
-cores allow (rnnexp.run.blocks.at_once), one after the other where they do not.
+cores allow (rnnexp.run.blocks.at_once), one after the other where they do not — then, where
+their threads fill the cores, they build and verify side by side on one thread each first
+(rnnexp.run.blocks.builds_side_by_side) and warm up one after the other on their threads.
 
 Timing, never side by side: each round visits the workers in a fresh random order, and in
 each worker its configurations in a fresh random order; each visit takes that
@@ -213,7 +215,8 @@ class Window:
         self.parking = False  # set once timing starts: only the visited worker runs
         self.awake: set[int] = set()
         self.failed: dict[int, BaseException] = {}
-        self.to_drop: list[schedule.Share] = []  # failed configurations' other processes
+        self.to_drop: list[tuple[int, int]] = []  # failed configurations' (worker, slot)s
+        self.built: dict[int, list[int]] = {}  # configuration → workers it is built in, cold
         self.ended: dict[int, float] = {}  # seconds from the start to each one's stop
         self.rng = random.Random(seed)
         self.index = 0
@@ -243,21 +246,22 @@ class Window:
         if i in self.failed or i in self.ended:
             return
         self.failed[i] = err
-        self.to_drop.extend(self.configs[i].shares)
+        self.to_drop.extend((s.worker, i) for s in self.configs[i].shares)
+        self.to_drop.extend((w, i) for w in self.built.pop(i, []))
 
     def drop_failed(self) -> None:
         """What failed configurations hold in shared workers is freed (between requests:
         never while a worker is answering another)."""
         while self.to_drop:
-            share = self.to_drop.pop()
-            if share.host.alive():
-                self._call(share.worker, lambda s=share: self._drop(s))
+            worker, slot = self.to_drop.pop()
+            if self.hosts[worker].alive():
+                self._call(worker, lambda h=self.hosts[worker], s=slot: self._drop(h, s))
 
     @staticmethod
-    def _drop(share: schedule.Share) -> None:
+    def _drop(host: isolation.Host, slot: int) -> None:
         try:
-            share.host.request("drop", share.slot)
-            share.host.answer()
+            host.request("drop", slot)
+            host.answer()
         except RnnexpError:
             pass
 
@@ -298,40 +302,62 @@ class Window:
                 tasks[w] = deque((i, position == 0) for i in block.members
                                  if position < self.plans[i].cfg.bench.processes)
         total = sum(len(t) for t in tasks.values())
-        self._phase(f"{len(self.configs)} configuration{'s' * (len(self.configs) > 1)} in "
-                    f"{len(self.hosts)} process{'es' * (len(self.hosts) > 1)}: build, verify, "
-                    "warm up", total)
-        self.run_tasks(tasks, blocks.at_once(self.plans, len(self.hosts)))
+        what = (f"{len(self.configs)} configuration{'s' * (len(self.configs) > 1)} in "
+                f"{len(self.hosts)} process{'es' * (len(self.hosts) > 1)}")
+        at_once = blocks.at_once(self.plans, len(self.hosts))
+        side_by_side = blocks.builds_side_by_side(self.plans, len(self.hosts))
+        if not side_by_side:
+            self._phase(f"{what}: build, verify, warm up", total)
+            self.run_tasks(tasks, at_once, "add")
+            return
+        self._phase(f"{what}: build, verify ({side_by_side} at once, a thread each)", total)
+        self.run_tasks({w: deque(t) for w, t in tasks.items()}, side_by_side, "build")
+        self._phase(f"{what}: warm up", total)
+        self.run_tasks(tasks, at_once, "warm")
 
-    def run_tasks(self, tasks: dict[int, deque], at_once: int) -> None:
-        """Each worker's configurations set up one after the other, `at_once` workers side
-        by side."""
+    def run_tasks(self, tasks: dict[int, deque], at_once: int, kind: str) -> None:
+        """Each worker's configurations one after the other, `at_once` workers side by side;
+        `kind`: "add" (build, verify, warm up), "build" (build, verify) or "warm" (warm up
+        what was built)."""
         active: dict[int, int] = {}  # worker → configuration it is setting up
         waiting = deque(w for w, t in tasks.items() if t)
         while waiting or active:
             while waiting and len(active) < at_once:
                 w = waiting.popleft()
-                started = self._start_next(w, tasks[w])
+                started = self._start_next(w, tasks[w], kind)
                 if started is not None:
                     active[w] = started
                 elif tasks[w]:
                     waiting.append(w)
             for w in self._answered(active):
                 i = active.pop(w)
-                self.guard(i, lambda w=w, i=i: self.configs[i].add(schedule.Share(
-                    self.hosts[w], i, w, self.hosts[w].answer())), host=w)
+                self.guard(i, lambda w=w, i=i: self._set_up(w, i, kind), host=w)
                 if self.progress:
                     self.progress.advance()
                 if tasks[w]:
                     waiting.append(w)
 
-    def _start_next(self, w: int, todo: deque) -> Optional[int]:
-        """Ask worker `w` to set up its next configuration that has not failed."""
+    def _set_up(self, w: int, i: int, kind: str) -> None:
+        """Worker `w`'s answer for configuration `i`: ready to be timed (a share of it),
+        or built; freed again if the configuration failed elsewhere meanwhile."""
+        answer = self.hosts[w].answer()
+        if i in self.failed:
+            self.to_drop.append((w, i))
+        elif kind == "build":
+            self.built.setdefault(i, []).append(w)
+        else:
+            self.configs[i].add(schedule.Share(self.hosts[w], i, w, answer))
+            if w in self.built.get(i, []):
+                self.built[i].remove(w)
+
+    def _start_next(self, w: int, todo: deque, kind: str) -> Optional[int]:
+        """Ask worker `w` for its next configuration that has not failed."""
         while todo:
             i, verify = todo.popleft()
             if i not in self.failed:
-                self.guard(i, lambda i=i, verify=verify: self.hosts[w].request(
-                    "add", i, self.plans[i], verify), host=w)
+                message = (kind, i) if kind == "warm" else (kind, i, self.plans[i], verify)
+                self.guard(i, lambda message=message: self.hosts[w].request(*message),
+                           host=w)
                 if i not in self.failed:
                     return i
             if self.progress:

@@ -124,3 +124,38 @@ def test_a_worker_starts_under_a_temporary_folder_too_long_for_a_socket(tmp_path
                           env={**os.environ, "TMPDIR": str(long)}, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str(long)  # everything else still goes to TMPDIR
+
+
+@pytest.fixture
+def threads_kept():
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_a_set_up_in_two_steps_builds_on_one_thread_and_warms_up_on_its_own(
+        monkeypatch, threads_kept):
+    """("build", ...) then ("warm", ...): what workers do where their threads would fill the
+    cores (rnnexp.run.blocks.builds_side_by_side). The model is built and verified on one
+    intra-op thread, and warmed up and timed on the configuration's."""
+    import torch
+
+    seen = []
+    build = job.build_workload
+    monkeypatch.setattr(job, "build_workload", lambda cfg, spec: (
+        seen.append(torch.get_num_threads()), build(cfg, spec))[1])
+    host = isolation.Local()
+    host.request("build", 0, planned("bench.num_threads=2"), True)
+    assert host.answer() is None
+    assert seen == [1] and torch.get_num_threads() == 2  # its threads back after the build
+    host.request("warm", 0)
+    ready = host.answer()
+    assert ready.threads == 2 and ready.verification.status == "passed"
+    assert ready.setup_s > 0 and ready.verify_s > 0 and ready.warmup_s > 0
+    host.request("round", 0, 3, 1)
+    assert len(host.answer().samples.forward_ms) == 3
+    host.request("warm", 1)  # never built
+    with pytest.raises(JobCrashed, match="never set up"):
+        host.answer()

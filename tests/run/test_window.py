@@ -41,8 +41,9 @@ class Machine:
         self.die_in_round = die_in_round  # worker that dies at its first round
         self.interrupt_after = interrupt_after  # rounds answered before a Ctrl-C
         self.rounds_answered = 0
-        self.outstanding = 0
+        self.outstanding: list[str] = []  # the kinds of the requests not yet answered
         self.most_outstanding = 0
+        self.most_at_once: dict[str, int] = {}  # by kind of request
 
     def host(self, python: str, pinned: bool = False) -> FakeHost:
         self.hosts.append(FakeHost(self, len(self.hosts), python))
@@ -62,6 +63,7 @@ class FakeHost:
         self.parked = self.closed = self.dead = False
         self.connection, self._ready = Pipe(duplex=False)
         self._answer: Any = None
+        self._kind = ""
 
     def request(self, kind: str, slot: int, *args: Any) -> None:
         m = self.machine
@@ -69,17 +71,18 @@ class FakeHost:
         assert not self.parked, f"worker {self.number} asked while stopped"
         if self.dead:
             raise JobCrashed("the worker process exited with code -9 before reporting")
-        m.outstanding += 1
-        m.most_outstanding = max(m.most_outstanding, m.outstanding)
-        if kind == "add":
+        m.outstanding.append(kind)
+        m.most_outstanding = max(m.most_outstanding, len(m.outstanding))
+        m.most_at_once[kind] = max(m.most_at_once.get(kind, 0), m.outstanding.count(kind))
+        self._kind = kind
+        if kind in ("add", "build"):
             planned, verify = args
             error = m.fail_add.get((self.number, slot))
             self.slots[slot] = verify
-            self._answer = error or Ready(
-                work=Work(1, 1.0, 1.0, 1.0, 1.0), no_backward_reason="",
-                verification=Verification("passed") if verify else None, block=1,
-                iteration_ms=1.0, threads=1, clock="perf_counter", malloc="system",
-                setup_s=0.1)
+            self._answer = error or (self.ready(verify) if kind == "add" else None)
+        elif kind == "warm":
+            assert slot in self.slots, f"worker {self.number} warms slot {slot} unbuilt"
+            self._answer = self.ready(self.slots[slot])
         elif kind == "round":
             n = args[0]
             if m.die_in_round == self.number:
@@ -98,9 +101,16 @@ class FakeHost:
             self._answer = None
         self._ready.send_bytes(b".")
 
+    @staticmethod
+    def ready(verified: bool) -> Ready:
+        return Ready(work=Work(1, 1.0, 1.0, 1.0, 1.0), no_backward_reason="",
+                     verification=Verification("passed") if verified else None, block=1,
+                     iteration_ms=1.0, threads=1, clock="perf_counter", malloc="system",
+                     setup_s=0.1)
+
     def answer(self) -> Any:
         self.connection.recv_bytes()
-        self.machine.outstanding -= 1
+        self.machine.outstanding.remove(self._kind)
         if isinstance(self._answer, BaseException):
             raise self._answer
         return self._answer
@@ -136,7 +146,7 @@ def test_compatible_configurations_share_workers_each_built_once_there():
     machine = Machine()
     _, measured = measure(plans, machine)
     assert len(machine.hosts) == 2  # 3 configurations × 2 processes in 2 workers
-    adds = [(w, slot) for kind, w, slot in machine.log if kind == "add"]
+    adds = [(w, slot) for kind, w, slot in machine.log if kind in ("add", "build")]
     assert sorted(adds) == [(w, s) for w in range(2) for s in range(3)]
     assert all(h.slots == {s: h.number == 0 for s in range(3)} for h in machine.hosts)
     for m in measured:
@@ -224,10 +234,54 @@ def test_set_up_runs_side_by_side_as_the_cores_allow(monkeypatch):
     machine = Machine()
     measure(plans, machine)
     assert machine.most_outstanding == 3  # three workers building at once
-    monkeypatch.setattr(blocks, "at_once", lambda plans, workers, cores=0: 1)
+    assert {kind for kind, _, _ in machine.log} == {"add", "round", "finish"}
+
+
+def test_workers_whose_threads_fill_the_cores_build_side_by_side_then_warm_up_alone(
+        monkeypatch):
+    """Two threads a worker on two cores: one set-up at a time, but building and verifying
+    are one thread's work — so the three workers build on a thread each, two at once, and
+    then warm up one at a time on their own threads."""
+    monkeypatch.setattr(blocks.environment, "usable_cores", lambda: 2)
+    monkeypatch.setattr(blocks.torch, "get_num_threads", lambda: 2)
+    plans = [plan("model=lstm", "backend=aten", "bench.processes=3", f"seed={s}")
+             for s in range(2)]
     machine = Machine()
-    measure(plans, machine)
-    assert machine.most_outstanding == 1
+    _, measured = measure(plans, machine)
+    kinds = [kind for kind, _, _ in machine.log]
+    assert kinds.count("build") == kinds.count("warm") == 6 and "add" not in kinds
+    assert max(i for i, k in enumerate(kinds) if k == "build") < kinds.index("warm")
+    assert machine.most_at_once == {"build": 2, "warm": 1, "round": 1, "finish": 1}
+    for m in measured:  # each configuration verified in its first process, timed in three
+        assert isinstance(m, schedule.Measured) and m.interleaving.workers == [0, 1, 2]
+        assert m.ready.verification.status == "passed"
+
+
+def test_a_configuration_that_fails_to_build_is_freed_where_it_was_built(monkeypatch):
+    monkeypatch.setattr(blocks.environment, "usable_cores", lambda: 2)
+    monkeypatch.setattr(blocks.torch, "get_num_threads", lambda: 2)
+    plans = [plan("model=lstm", "backend=aten", "bench.processes=2", f"seed={s}")
+             for s in range(2)]
+    machine = Machine(fail_add={(1, 0): RnnexpError("planted")})
+    _, (failed, ok) = measure(plans, machine)
+    assert isinstance(failed, RnnexpError) and str(failed) == "planted"
+    assert isinstance(ok, schedule.Measured) and ok.interleaving.workers == [0, 1]
+    assert ("build", 0, 0) in machine.log and ("warm", 0, 0) not in machine.log
+    assert ("drop", 0, 0) in machine.log  # built in worker 0, never warmed: freed
+
+
+def test_how_many_build_side_by_side(monkeypatch):
+    monkeypatch.setattr(blocks.torch, "get_num_threads", lambda: 2)
+    cpu = plan("model=lstm", "backend=aten")
+    assert blocks.builds_side_by_side([cpu], workers=5, cores=2) == 2  # a thread each
+    assert blocks.builds_side_by_side([cpu], workers=5, cores=16) == 0  # warm-ups fit too
+    assert blocks.builds_side_by_side([cpu], workers=1, cores=2) == 0  # one worker
+    one = plan("model=lstm", "backend=aten", "bench.num_threads=1")
+    assert blocks.builds_side_by_side([one], workers=5, cores=2) == 0  # set up side by side
+    # inductor compiles its CPU kernels for the threads it sees: built on its own threads.
+    compiled = plan("model=jit", "backend=inductor")
+    assert not compiled.backend.builds_on_one_thread
+    assert blocks.builds_side_by_side([cpu, compiled], workers=5, cores=2) == 0
 
 
 def test_how_many_set_up_at_once(monkeypatch):
