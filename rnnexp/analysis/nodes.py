@@ -79,8 +79,8 @@ class NodeLevel(significance.Level):
     node_variance: float = 0.0
     node_df: int = 0
 
-    def parts(self) -> list[tuple[float, int]]:
-        return [*super().parts(), (self.node_variance, self.node_df)]
+    def shared_parts(self) -> list[tuple[float, float]]:
+        return [*super().shared_parts(), (self.node_variance, self.node_df)]
 
 
 def across(base: Run, run: Run, phase: str, between: Optional[Spread]

@@ -48,6 +48,8 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from rnnexp.results.stats import drift_degrees_of_freedom
+
 ALPHA = 0.05  # family-wise error rate over all cells compared at once
 CONFIDENCE = 0.95
 MIN_EFFECT = 0.03  # differences below 3% are not reported as speedups or slowdowns
@@ -243,12 +245,10 @@ def paired(baseline: Side | Sequence[Sequence[Optional[float]]],
             and min(base.spread_runs, cand.spread_runs) >= 2:
         # A process's level is only known as well as the spread between processes known
         # from elsewhere (the drift between runs holds it), plus its own rounds' noise.
-        parts = [(base.spread ** 2 / ka, base.spread_runs - 1),
-                 (cand.spread ** 2 / kb, cand.spread_runs - 1)]
+        known = base.spread ** 2 / ka + cand.spread ** 2 / kb
         noise = _within(resid, rounds)
-        var = sum(v for v, _ in parts) + noise
-        known = sum(v ** 2 / n for v, n in parts if v > 0)
-        df = (var - noise) ** 2 / known if known > 0 else 0.0
+        var = known + noise
+        df = drift_df(base.spread_runs, cand.spread_runs)
     else:
         return _nothing(math.exp(estimate), PAIRED,
                         "one process a side and no spread between processes known "
@@ -291,15 +291,26 @@ class Level:
     def log_center(self) -> float:
         return float(np.mean(np.log(self.process_medians_ms)))
 
-    def parts(self) -> list[tuple[float, int]]:
-        """(variance of the log level, its degrees of freedom) by source."""
+    def processes_part(self) -> list[tuple[float, float]]:
+        """(variance of the log level from its processes' spread, its degrees of freedom),
+        if it has more than one process."""
         k = len(self.process_medians_ms)
-        out = []
-        if k > 1:
-            out.append((float(np.var(np.log(self.process_medians_ms), ddof=1)) / k, k - 1))
-        if self.drift is not None and self.drift_runs >= 2:
-            out.append((self.drift ** 2, self.drift_runs - 1))
-        return out
+        if k < 2:
+            return []
+        return [(float(np.var(np.log(self.process_medians_ms), ddof=1)) / k, k - 1)]
+
+    def shared_parts(self) -> list[tuple[float, float]]:
+        """(variance, degrees of freedom) of what is known from elsewhere, an estimate the
+        other side's level usually shares: the drift between runs."""
+        return [(self.drift ** 2, drift_degrees_of_freedom(self.drift_runs))]  # type: ignore[operator]
+
+
+def drift_df(*runs: int) -> float:
+    """Degrees of freedom of the drift in a comparison whose sides' drifts come from these
+    many runs. The two sides' drifts are usually one estimate (the same configuration's
+    history, or the machine's pooled one): counted as independent, their degrees of freedom
+    would add up and claim twice what one history knows. So the fewer of them."""
+    return drift_degrees_of_freedom(min(runs))
 
 
 def between_runs(baseline: Level, candidate: Level) -> Difference:
@@ -316,7 +327,10 @@ def between_runs(baseline: Level, candidate: Level) -> Difference:
             return _nothing(math.exp(estimate), RUNS,
                             f"no drift history for the {side}'s configuration here (5 runs "
                             "give one), so the level of a run is not known", **sides)
-    parts = baseline.parts() + candidate.parts()
+    parts = [*baseline.processes_part(), *candidate.processes_part()]
+    for (vb, db), (vc, dc) in zip(baseline.shared_parts(), candidate.shared_parts(),
+                                  strict=True):
+        parts.append((vb + vc, min(db, dc)))  # one estimate both sides share: counted once
     var = sum(v for v, _ in parts)
     df = var ** 2 / sum(v ** 2 / d for v, d in parts if d > 0) if var > 0 else 0.0
     return _t_difference(estimate, var, df, RUNS, **sides)

@@ -101,9 +101,24 @@ def rates(median_ms: float, *, tokens: int, flops: float, nbytes: float) -> dict
     }
 
 
-def t_quantile(p: float, df: int) -> float:
+def t_quantile(p: float, df: float) -> float:
     """Student's t quantile (scipy.stats.t.ppf)."""
     return float(special.stdtrit(df, p))
+
+
+# The median absolute deviation's Gaussian efficiency (Rousseeuw & Croux 1993): a σ from n
+# values' MAD is about as uncertain as a standard deviation of 0.37 · (n − 1) degrees of
+# freedom. The drift between runs is such a σ (rnnexp.run.drift.robust_spread).
+MAD_EFFICIENCY = 0.37
+
+
+def drift_degrees_of_freedom(runs: float) -> float:
+    """Degrees of freedom of a drift estimated from `runs` earlier runs (for a pooled
+    drift: its pooled degrees of freedom + 1). Taken as the standard deviation's n − 1, a
+    drift from a young history made intervals too narrow: simulated A/A pairs of runs
+    were called different 14% of the time at 5 runs, 8% at 12 (α = 5%); with these, 6% and
+    5% (tests/analysis/test_drift_calibration.py)."""
+    return MAD_EFFICIENCY * (runs - 1)
 
 
 def prediction_half_width(spread: float, processes: int,
@@ -116,13 +131,14 @@ def prediction_half_width(spread: float, processes: int,
 
 def drift_half_width(drift: Optional[float], runs: int,
                      confidence: float = CONFIDENCE) -> float:
-    """t(n−1, (1+confidence)/2) · √2 · d: how far apart, in logs, the medians of two runs can
+    """t(ν, (1+confidence)/2) · √2 · d: how far apart, in logs, the medians of two runs can
     be when a configuration's median moves between runs with relative spread d, estimated
-    from n earlier runs (rnnexp.run.drift). √2: this run and the rerun each drew a level. 0 when
-    the drift is unknown."""
+    from n earlier runs (rnnexp.run.drift; ν = drift_degrees_of_freedom(n)). √2: this run
+    and the rerun each drew a level. 0 when the drift is unknown."""
     if drift is None or not np.isfinite(drift) or runs < 2:
         return 0.0
-    return t_quantile((1 + confidence) / 2, runs - 1) * float(np.sqrt(2)) * drift
+    return t_quantile((1 + confidence) / 2, drift_degrees_of_freedom(runs)) \
+        * float(np.sqrt(2)) * drift
 
 
 def between_processes(process_medians_ms: Sequence[float], confidence: float = CONFIDENCE,

@@ -133,7 +133,8 @@ def test_drift_widens_the_interval_and_an_unknown_drift_leaves_it_alone():
     plain = stats.between_processes(medians)
     assert stats.between_processes(medians, drift=None, drift_runs=0) == plain
     wide = stats.between_processes(medians, drift=0.05, drift_runs=20)
-    assert wide["drift_half"] == pytest.approx(stats.t_quantile(0.975, 19) * np.sqrt(2) * 0.05)
+    assert wide["drift_half"] == pytest.approx(
+        stats.t_quantile(0.975, stats.drift_degrees_of_freedom(20)) * np.sqrt(2) * 0.05)
     half = np.log(wide["high_ms"] / wide["center_ms"])
     assert half == pytest.approx(np.hypot(np.log(plain["high_ms"] / plain["center_ms"]),
                                           wide["drift_half"]))
