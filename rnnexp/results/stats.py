@@ -116,8 +116,9 @@ def drift_degrees_of_freedom(runs: float) -> float:
     """Degrees of freedom of a drift estimated from `runs` earlier runs (for a pooled
     drift: its pooled degrees of freedom + 1). Taken as the standard deviation's n − 1, a
     drift from a young history made intervals too narrow: simulated A/A pairs of runs
-    were called different 14% of the time at 5 runs, 8% at 12 (α = 5%); with these, 6% and
-    5% (tests/analysis/test_drift_calibration.py)."""
+    were called different 19–20% of the time at 5 runs, 9–12% at 12 (α = 5%); with these
+    (and the sides' one drift counted once), 5.4% and 5.1%
+    (tests/analysis/test_drift_calibration.py)."""
     return MAD_EFFICIENCY * (runs - 1)
 
 

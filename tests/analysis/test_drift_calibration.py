@@ -36,7 +36,7 @@ def test_a_a_pairs_apart_are_called_different_in_about_alpha_with_a_young_histor
         (d,) = significance.decide([significance.between_runs(a, b)], min_effect=0.0)
         flagged += bool(d.real)
     # The standard deviation's n − 1 degrees of freedom for a MAD, and the sides' one
-    # history counted twice, flagged 19% of these at 5 runs and 9% at 12.
+    # history counted twice, flagged 20% of these at 5 runs and 12% at 12.
     assert flagged <= trials * significance.ALPHA + 3 * math.sqrt(trials * 0.05 * 0.95)
 
 
