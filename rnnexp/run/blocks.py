@@ -100,13 +100,15 @@ def builds_side_by_side(plans: Sequence[job.Plan], workers: int, cores: int = 0)
     they warm up `at_once` at a time on their own threads — where that is more than
     `at_once` (their threads would fill the cores). Building and verifying a model are
     mostly one thread's work (scripting, TorchScript's optimisation, small operators);
-    warm-up is on the threads it is timed on. 0: not worth splitting, or a backend's build
+    warm-up is on the threads it is timed on. 0: not worth splitting; or a backend's build
     depends on the thread count (`Backend.builds_on_one_thread`: inductor compiles its CPU
-    kernels for the threads it sees)."""
+    kernels for the threads it sees); or a worker runs another environment's rnnexp
+    (bench.python), which may predate the two-step set-up (rnnexp.measure.isolation)."""
     cores = cores or environment.usable_cores()
     side_by_side = min(workers, cores)
     if side_by_side <= at_once(plans, workers, cores) or \
-            not all(p.backend.builds_on_one_thread for p in plans):
+            not all(p.backend.builds_on_one_thread and not job.foreign(p.cfg.bench.python)
+                    for p in plans):
         return 0
     return side_by_side
 

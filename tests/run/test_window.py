@@ -282,6 +282,10 @@ def test_how_many_build_side_by_side(monkeypatch):
     compiled = plan("model=jit", "backend=inductor")
     assert not compiled.backend.builds_on_one_thread
     assert blocks.builds_side_by_side([cpu, compiled], workers=5, cores=2) == 0
+    # Another environment's rnnexp may not know the two-step set-up: whole set-ups there.
+    other = plan("model=lstm", "backend=aten")
+    other.cfg.bench.python = "/elsewhere/.venv/bin/python"  # planned there, not probed here
+    assert blocks.builds_side_by_side([cpu, other], workers=5, cores=2) == 0
 
 
 def test_how_many_set_up_at_once(monkeypatch):
