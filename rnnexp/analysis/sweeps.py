@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from mlflow.exceptions import MlflowException
-
 from rnnexp.analysis import significance
 from rnnexp.errors import RnnexpError
 from rnnexp.results import saved
@@ -204,6 +202,8 @@ def say_skipped(empty: list) -> None:
 
 def read_runs(client, found) -> list[Run]:
     """MLflow job runs as Runs, each read from the results.json it logged."""
+    from mlflow.exceptions import MlflowException  # here: a sweep folder needs no MLflow
+
     out = []
     # One results file a run: MLflow's download progress bars (tqdm, where it is installed)
     # would only clutter the error stream.
