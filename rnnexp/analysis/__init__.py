@@ -2,5 +2,5 @@
 their charts, the HTML report (report/), a measurement's history and the noisy bisection.
 
 Imports (rnnexp's stages; tests/test_imports.py checks it):
-errors, machine, models, results, run.
+errors, machine, models, results.
 """

@@ -11,8 +11,7 @@ from typing import Sequence
 
 from rnnexp.analysis.sweeps import Run
 from rnnexp.errors import RnnexpError
-from rnnexp.results.result import OK, label
-from rnnexp.run.roofline import attainable
+from rnnexp.results.result import OK, attainable, label
 
 CHART = "roofline.png"
 # What a point needs of a run's rnnexp.results.result.Roofline.

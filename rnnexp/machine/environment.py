@@ -13,13 +13,15 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 import psutil
-import torch
 
 from rnnexp.errors import UnsupportedError
 from rnnexp.machine import scheduler
+
+if TYPE_CHECKING:
+    import torch
 
 # Other processes using this many cores on average (over a short look) make the machine busy;
 # on a large machine a tenth of its cores, whichever is more.
@@ -31,11 +33,9 @@ LOOK_S = 0.3  # how long a look of its own (bench.quiet=wait) samples CPU use
 MIN_LOOK_S = 0.1
 TOP_PROCESSES = 3
 
-try:  # torch.utils.benchmark warns when IQR/median exceeds these (utils/common.py)
-    from torch.utils.benchmark.utils.common import _IQR_GROSS_WARN_THRESHOLD as IQR_GROSS
-    from torch.utils.benchmark.utils.common import _IQR_WARN_THRESHOLD as IQR_WARN
-except ImportError:  # private names: the values of torch 2.x
-    IQR_WARN, IQR_GROSS = 0.1, 0.25
+# torch.utils.benchmark warns when IQR/median exceeds this (its private
+# _IQR_WARN_THRESHOLD, utils/common.py; a test keeps the two equal).
+IQR_WARN = 0.1
 
 # Thread-count variables that OpenMP, MKL and other BLAS libraries read at start-up.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -397,6 +397,8 @@ NVML_MISSING = {"note": "install rnnexp[gpu] (nvidia-ml-py) to record clocks and
 
 def reads_nvml(device: torch.device) -> bool:
     """NVML describes NVIDIA GPUs only: not CPU jobs, not AMD GPUs (ROCm builds)."""
+    import torch  # here: results, and the commands that read them, load without torch
+
     return device.type == "cuda" and not getattr(torch.version, "hip", None)
 
 
@@ -415,6 +417,8 @@ def pci_bus_id(props: Any) -> Optional[str]:
 def nvml_handle(pynvml: Any, device: torch.device) -> Any:
     """NVML's handle of the job's GPU. NVML numbers GPUs without CUDA_VISIBLE_DEVICES: find
     ours by its PCI bus id, else by its UUID; the index only where nothing is hidden."""
+    import torch
+
     index = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
     bus_id = pci_bus_id(props)
@@ -578,6 +582,8 @@ SLOWDOWNS = ("HwSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown", "SwTherm
 
 def machine(cpu_model: str = "") -> Environment:
     """The static part: cores, threads, thread variables, CPU frequency policy."""
+    import torch
+
     freq = None
     try:
         freq = psutil.cpu_freq()

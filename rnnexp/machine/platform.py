@@ -13,8 +13,6 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import torch
-
 
 @dataclass(frozen=True)
 class Platform:
@@ -75,6 +73,8 @@ def vendor_library_version() -> tuple[int | None, str]:
     raises RuntimeError on a runtime/compile-time cuDNN or MIOpen mismatch, and for cuDNN >=
     9.11 with any visible GPU below SM 7.5 (torch/backends/cudnn/__init__.py): that must
     not stop jobs that never use the library (device=cpu, aten, jit, ...)."""
+    import torch  # here: results, and the commands that read them, load without torch
+
     if not torch.backends.cudnn.is_available():
         return None, ""
     try:
@@ -86,6 +86,8 @@ def vendor_library_version() -> tuple[int | None, str]:
 
 @lru_cache(maxsize=1)
 def current() -> Platform:
+    import torch
+
     gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     cudnn, cudnn_error = vendor_library_version()
     return Platform(

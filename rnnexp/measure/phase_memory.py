@@ -25,37 +25,15 @@ from __future__ import annotations
 import ctypes
 import gc
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Protocol
 
 import torch
 
+from rnnexp.measure.records import CUDA_PEAK, RSS_HWM, PhaseMemory
 from rnnexp.measure.timing import Steps
 
 MB = 2 ** 20
-CUDA_PEAK = "cuda_peak_mb"
-RSS_HWM = "rss_hwm_mb"
-PREFIX = {"forward": "fwd", "backward": "bwd"}  # MLflow's phase sections
-
-
-@dataclass
-class PhaseMemory:
-    """A job's peak memory per phase, in MiB above the phase's start; `kind` names what was
-    measured (CUDA_PEAK or RSS_HWM), "" with `not_measured` saying why not."""
-
-    kind: str = ""
-    forward_mb: Optional[float] = None
-    backward_mb: Optional[float] = None
-    not_measured: str = ""
-
-    def of(self, phase: str) -> Optional[float]:
-        return {"forward": self.forward_mb, "backward": self.backward_mb}.get(phase)
-
-    def metrics(self) -> dict[str, float]:
-        """`fwd/<kind>`, `bwd/<kind>`: in the phases' own MLflow sections."""
-        return {f"{PREFIX[p]}/{self.kind}": float(v) for p in PREFIX
-                if (v := self.of(p)) is not None and self.kind}
 
 
 class Meter(Protocol):

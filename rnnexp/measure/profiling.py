@@ -11,29 +11,17 @@ capability 8.0 and newer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, record_function
 
 from rnnexp.backends.base import untimed_runs
+from rnnexp.measure.records import ProfileInfo
 from rnnexp.models.workload import Workload
 
 TRACE_FILE = "profile/trace.json"
 TOP_OPS = 10
-
-
-@dataclass
-class ProfileInfo:
-    """What a profile recorded: the trace (relative to the job folder) and the top
-    operators by self time, each {name, calls, self_ms, total_ms} per profiled iteration."""
-
-    iters: int = 0
-    trace: str = ""
-    sorted_by: str = ""
-    top_ops: list[dict[str, Any]] = field(default_factory=list)
 
 
 def record(workload: Workload, device: torch.device, iters: int, folder: Path) -> ProfileInfo:

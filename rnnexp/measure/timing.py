@@ -22,10 +22,11 @@ import contextlib
 import gc
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
+
+from rnnexp.measure.records import Samples
 
 
 class Steps(Protocol):
@@ -120,35 +121,6 @@ class _Silent:
 
     def advance(self) -> None:
         pass
-
-
-@dataclass
-class Samples:
-    """Per-sample times in ms; a sample is the mean of `block` back-to-back iterations."""
-
-    forward_ms: list[float] = field(default_factory=list)
-    backward_ms: list[float] = field(default_factory=list)
-    block: int = 1
-    # The interleaved round each sample was taken in (rnnexp.run.interleave); empty when the
-    # samples were not taken in a sweep's interleaved rounds.
-    rounds: list[int] = field(default_factory=list)
-
-    @property
-    def total_ms(self) -> list[float]:
-        if not self.backward_ms:
-            return list(self.forward_ms)
-        return [f + b for f, b in zip(self.forward_ms, self.backward_ms, strict=True)]
-
-    def extend(self, other: Samples) -> None:
-        self.forward_ms.extend(other.forward_ms)
-        self.backward_ms.extend(other.backward_ms)
-        self.rounds.extend(other.rounds)
-        self.block = other.block
-
-    def in_round(self, index: int) -> Samples:
-        """These samples, tagged as taken in interleaved round `index`."""
-        self.rounds = [index] * len(self.forward_ms)
-        return self
 
 
 def block_for(iteration_ms: float, block_ms: float) -> int:

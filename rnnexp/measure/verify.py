@@ -36,7 +36,6 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import asdict, dataclass
 from typing import Any, Iterator, Optional
 
 import torch
@@ -44,6 +43,7 @@ import torch
 from rnnexp.config.schema import Config
 from rnnexp.machine import emulation
 from rnnexp.measure import rounding
+from rnnexp.measure.records import Verification
 from rnnexp.models import work
 from rnnexp.models.inputs import REFERENCE_DTYPE
 from rnnexp.models.workload import Workload
@@ -61,37 +61,6 @@ PROBE_SIZE = 256
 # 1-2 layers, seq 50, hidden 64; median 0.8×), other models up to 2.3×. The planted faults
 # the tests use measure 46× (one weight +1e-2, default shape, forward only) to 10⁶×.
 MULTIPLE = 5.0
-
-
-@dataclass
-class Verification:
-    status: str  # passed | failed | skipped | unavailable
-    max_abs_error: Optional[float] = None  # largest |model − float64| over every tensor
-    # The deciding tensor (the failing one, or the one nearest its bound) and its numbers:
-    tensor: str = ""
-    error: Optional[float] = None  # rms(model − float64)
-    # rms(reference − float64): the CPU's reference in the job's dtype; in float32 the
-    # larger of it and `cpu_error`'s randomly rounded twin (`rounded_error`).
-    reference_error: Optional[float] = None
-    multiple: Optional[float] = None  # error / reference_error, as measured
-    allowed_multiple: Optional[float] = None  # k
-    floor: Optional[float] = None  # eps(dtype) · rms(float64)
-    cpu_error: Optional[float] = None  # the CPU's reference (float32 jobs)
-    rounded_error: Optional[float] = None  # the randomly rounded reference (float32 jobs)
-    # How the low-precision reference computed, when not natively in the job's dtype
-    # (rnnexp.machine.emulation: "tf32" or "emulated").
-    reference_math: str = ""
-    # Absolute tolerances, for models verified that way (quantized) instead of by multiple.
-    atol: Optional[float] = None
-    rtol: Optional[float] = None
-    detail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status != "failed"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def tensors(tree: Any) -> Iterator[torch.Tensor]:

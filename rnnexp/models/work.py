@@ -11,10 +11,21 @@ Conventions (stated so rates can be compared across models):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from rnnexp.config.schema import ShapeConfig
-from rnnexp.models.workload import Work
+
+
+@dataclass(frozen=True)
+class Work:
+    """Work done by one iteration, for rates: FLOPs, minimum bytes moved, tokens."""
+
+    flops_fwd: float
+    flops_bwd: float
+    bytes_fwd: float
+    bytes_bwd: float
+    tokens: int
 
 # Pointwise FLOPs per hidden unit per step of one cell, after the gate GEMMs.
 # LSTM: 3 adds on 4H gates (12) + 3 sigmoid + 2 tanh (5) + c' = f*c + i*g (3) + h' = o*tanh (1).

@@ -10,6 +10,7 @@ from typing import Any, Callable, ContextManager, Optional, Sequence
 import torch
 
 from rnnexp.config.schema import ShapeConfig
+from rnnexp.models.work import Work  # defined there: results read it without torch
 
 
 @dataclass(frozen=True)
@@ -28,17 +29,6 @@ class WorkloadSpec:
     # and why, for the verification record.
     reference_math: str = ""
     reference_note: str = ""
-
-
-@dataclass(frozen=True)
-class Work:
-    """Work done by one iteration, for rates: FLOPs, minimum bytes moved, tokens."""
-
-    flops_fwd: float
-    flops_bwd: float
-    bytes_fwd: float
-    bytes_bwd: float
-    tokens: int
 
 
 @dataclass

@@ -18,12 +18,9 @@ from typing import Any, Mapping, Optional, Sequence
 from rnnexp.errors import RnnexpError
 from rnnexp.machine.environment import Environment
 from rnnexp.machine.platform import Platform
-from rnnexp.measure.phase_memory import PhaseMemory
-from rnnexp.measure.profiling import ProfileInfo
-from rnnexp.measure.timing import Samples
-from rnnexp.measure.verify import Verification
+from rnnexp.measure.records import PhaseMemory, ProfileInfo, Samples, Verification
 from rnnexp.models.compile_cost import CompileCost
-from rnnexp.models.workload import Work
+from rnnexp.models.work import Work
 from rnnexp.results import files, stats
 
 RESULTS_FILE = "results.json"
@@ -259,6 +256,11 @@ class Interleaving:
     # The window's worker process each of this job's processes ran in (rnnexp.run.blocks): a
     # number two jobs share is one process, in which they compare paired by process too.
     workers: list[int] = field(default_factory=list)
+
+
+def attainable(intensity: float, peak_gflops: float, peak_gbps: float) -> float:
+    """The roof at an arithmetic intensity (FLOP/byte): min(compute peak, intensity × bw)."""
+    return min(peak_gflops, intensity * peak_gbps)
 
 
 @dataclass

@@ -17,7 +17,7 @@ import torch
 from rnnexp.machine import device as device_mod
 from rnnexp.measure import job
 from rnnexp.models import work as work_mod
-from rnnexp.models.workload import Work
+from rnnexp.models.work import Work
 from rnnexp.run import roofline
 
 # Said only when a run takes longer than this: a few-second run needs no warning.

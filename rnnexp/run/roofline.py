@@ -41,7 +41,7 @@ from filelock import FileLock
 from torch.utils.benchmark import Timer
 
 from rnnexp.results import cache
-from rnnexp.results.result import Result, Roofline
+from rnnexp.results.result import Result, Roofline, attainable
 
 # Part of the key: raise it when the measurement changes, so old numbers are not reused.
 METHOD = 1
@@ -215,11 +215,6 @@ def _warn_if_busy(device: torch.device, found: Peaks) -> None:
         print(f"roofline: the machine was busy (load {found.load_1min:.1f} on {cpus} CPUs), so "
               "these peaks are low and every % of peak high — the first run on a quiet machine "
               "measures them again", file=sys.stderr, flush=True)
-
-
-def attainable(intensity: float, peak_gflops: float, peak_gbps: float) -> float:
-    """The roof at an arithmetic intensity (FLOP/byte): min(compute peak, intensity × bw)."""
-    return min(peak_gflops, intensity * peak_gbps)
 
 
 def place(result: Result, found: Peaks) -> Optional[Roofline]:

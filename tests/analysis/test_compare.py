@@ -66,7 +66,7 @@ def pooled(per_process: list[Samples]) -> Samples:
 
 
 def work():
-    from rnnexp.models.workload import Work
+    from rnnexp.models.work import Work
 
     return Work(tokens=1, flops_fwd=1.0, flops_bwd=1.0, bytes_fwd=1.0, bytes_bwd=1.0)
 

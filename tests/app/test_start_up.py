@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TINY
 
 HEAVY = ("torch", "mlflow", "scipy", "pandas", "matplotlib")
 # The program as `rnnexp ARGS` runs it, reporting at exit (its exit handlers still run:
@@ -71,3 +71,15 @@ def test_the_default_min_effect_is_significance_s():
     from rnnexp.app.commands import compare
 
     assert compare.MIN_EFFECT_PCT == pytest.approx(100 * significance.MIN_EFFECT)
+
+
+def test_compare_reads_a_sweep_folder_without_torch_or_mlflow(tmp_path):
+    """Results are plain data (rnnexp.measure.records): reading and judging a sweep folder
+    needs neither torch nor MLflow (a store does need MLflow)."""
+    sweep = subprocess.run([sys.executable, "-m", "rnnexp", "-m", "seed=0,1", *TINY,
+                            "sinks=[json]", f"hydra.sweep.dir={tmp_path}/sweep"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert sweep.returncode == 0, sweep.stderr
+    proc, loaded = run("compare", str(tmp_path / "sweep"), "--baseline", "seed=0")
+    assert proc.returncode == 0, proc.stderr
+    assert "seed" in proc.stdout and "torch" not in loaded and "mlflow" not in loaded, loaded

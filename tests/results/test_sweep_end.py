@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rnnexp.measure.timing import Samples
-from rnnexp.models.workload import Work
+from rnnexp.models.work import Work
 from rnnexp.results import job_links, summary
 from rnnexp.results.result import OK, UNSUPPORTED, Result, phase_stats
 from rnnexp.results.sinks import load_jobs

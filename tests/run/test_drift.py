@@ -156,7 +156,7 @@ def test_adaptive_stops_on_drift_when_the_reruns_alone_rule_the_target_out():
 
 
 def test_the_result_records_the_drift_its_interval_includes_and_a_drift_is_flagged():
-    from rnnexp.models.workload import Work
+    from rnnexp.models.work import Work
     from rnnexp.results.result import phase_stats
 
     per = [Samples(forward_ms=[level] * 10) for level in (9.9, 10.0, 10.1)]

@@ -91,7 +91,7 @@ def test_one_process_falls_back_to_its_own_median_interval():
 
 
 def test_between_process_fields_reach_the_result_and_old_results_still_load():
-    from rnnexp.models.workload import Work
+    from rnnexp.models.work import Work
     from rnnexp.results.result import PhaseStats, Result, phase_stats
 
     per = samples_at(9.0, 10.0, 11.0, n=10)

@@ -20,7 +20,7 @@ from rnnexp.app.config_check import check
 from rnnexp.errors import RnnexpError
 from rnnexp.measure.timing import Samples
 from rnnexp.measure.verify import Verification
-from rnnexp.models.workload import Work
+from rnnexp.models.work import Work
 from rnnexp.results import cache as cache_folder
 from rnnexp.results.report import percent, results_table
 from rnnexp.results.result import INVALID, OK, Result, phase_stats

@@ -17,7 +17,7 @@ from rnnexp.measure import job
 from rnnexp.measure.measurer import Finished, Ready, Round
 from rnnexp.measure.timing import Samples
 from rnnexp.measure.verify import Verification
-from rnnexp.models.workload import Work
+from rnnexp.models.work import Work
 from rnnexp.run import blocks, interleave, schedule
 from rnnexp.run.drift import UNKNOWN
 from tests.conftest import choices_of, compose_cfg

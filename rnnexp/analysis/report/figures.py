@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from rnnexp.analysis.report import model as m
-from rnnexp.run.roofline import attainable
+from rnnexp.results.result import attainable
 
 COLORS = {m.FASTER: "#1a7f37", m.SLOWER: "#cf222e", m.SAME: "#6e7781",
           m.CANNOT_TELL: "#bf8700"}

@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 from rnnexp.analysis import significance
 from rnnexp.app.search import precheck, window
 from rnnexp.app.search.space import Space
-from rnnexp.measure.phase_memory import RSS_HWM, PhaseMemory
+from rnnexp.measure.records import RSS_HWM, PhaseMemory
 from rnnexp.models.compile_cost import CompileCost
 from rnnexp.results.result import OK, UNSUPPORTED, PhaseStats, Result
 
