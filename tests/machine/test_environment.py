@@ -145,6 +145,14 @@ def test_spread_above_torch_benchmark_threshold_is_flagged():
     assert quiet.flags == [] and quiet.warning_line() == ""
 
 
+def test_the_spread_threshold_is_torch_benchmarks():
+    """Kept as a number so that results load without torch; torch's own (a private name,
+    torch/utils/benchmark/utils/common.py) is read here, where it may be."""
+    from torch.utils.benchmark.utils import common
+
+    assert environment.IQR_WARN == common._IQR_WARN_THRESHOLD
+
+
 def test_results_without_an_environment_record_still_load(tmp_path):
     r = Result(choices={}, overrides=[], config={}, status="ok")
     assert Result.load(r.save(tmp_path)).environment is None
