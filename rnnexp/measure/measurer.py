@@ -205,7 +205,7 @@ class Measurer:
                         memory=memory)
 
     def close(self) -> None:
-        self._workload = self._timer = None
+        self._workload = self._timer = self._built = None
 
 
 def counting() -> bool:

@@ -6,9 +6,9 @@ Set-up: the window's configurations are put in blocks (rnnexp.run.blocks): confi
 whose process-global state is the same share worker processes (rnnexp.measure.isolation),
 each built once per worker; every configuration gets `bench.processes` processes. Workers
 build, verify (the first process of each configuration) and warm up side by side where the
-cores allow (rnnexp.run.blocks.at_once), one after the other where they do not — then, where
-their threads fill the cores, they build and verify side by side on one thread each first
-(rnnexp.run.blocks.builds_side_by_side) and warm up one after the other on their threads.
+cores allow (rnnexp.run.blocks.at_once), one after the other where they do not; where their
+threads fill the cores they first build and verify side by side on one thread each
+(rnnexp.run.blocks.builds_side_by_side), then warm up one after the other on their threads.
 
 Timing, never side by side: each round visits the workers in a fresh random order, and in
 each worker its configurations in a fresh random order; each visit takes that
