@@ -241,7 +241,9 @@ def _ready(measurer: Measurer, ready: Ready, foreign_platform: bool) -> Ready:
 
 def crash_line(measurer: Optional[Measurer], request: tuple, err: BaseException) -> str:
     """One line for a crash of a slot's configuration; an out-of-memory names its shape."""
-    planned = measurer.p if measurer else (request[2] if request[0] == "add" else None)
+    planned = measurer.p if measurer else None
+    if planned is None and request[0] in ("add", "build"):  # it failed being made
+        planned = request[2]
     if planned is None:
         return errors.crash_line(err)
     return memory.crash_line(planned.cfg.shape, err)
