@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rnnexp.machine.environment import BUSY, HIGH_SPREAD
-from rnnexp.measure.verify import Verification
+from rnnexp.measure.records import Verification
 from rnnexp.results.result import INVALID, OK, UNSUPPORTED, PhaseStats, Result
 from rnnexp.results.sinks import load_jobs
 

@@ -23,10 +23,9 @@ import torch
 from rnnexp.machine import malloc
 from rnnexp.machine.platform import Platform
 from rnnexp.measure import callgrind, job, phase_memory, profiling
-from rnnexp.measure.profiling import ProfileInfo
-from rnnexp.measure.records import PhaseMemory
-from rnnexp.measure.timing import Samples, Timer, block_for, clock_for
-from rnnexp.measure.verify import Verification, verify
+from rnnexp.measure.records import PhaseMemory, ProfileInfo, Samples, Verification
+from rnnexp.measure.timing import Timer, block_for, clock_for
+from rnnexp.measure.verify import verify
 from rnnexp.models.compile_cost import CompileCost
 from rnnexp.models.work import Work
 

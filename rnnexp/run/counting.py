@@ -24,7 +24,8 @@ from typing import Any, Callable, Mapping, Optional
 from rnnexp.errors import RnnexpError
 from rnnexp.machine import memory, placement
 from rnnexp.measure import callgrind, isolation, job
-from rnnexp.measure.timing import Progress, Samples
+from rnnexp.measure.records import Samples
+from rnnexp.measure.timing import Progress
 
 # What a counting process holds besides its iterations: the interpreter, torch and what
 # Valgrind translated (~0.6 GiB measured at the default shape before the first iteration).

@@ -20,8 +20,8 @@ from rnnexp.machine import environment, memory
 from rnnexp.machine import platform as platform_mod
 from rnnexp.machine.device import device_name
 from rnnexp.measure import callgrind, job
+from rnnexp.measure.records import Verification
 from rnnexp.measure.timing import Progress
-from rnnexp.measure.verify import Verification
 from rnnexp.results.identity import MeasurementKey
 from rnnexp.results.result import (
     CRASHED,

@@ -45,7 +45,8 @@ from rnnexp.machine import environment, memory
 from rnnexp.machine.environment import Environment
 from rnnexp.measure import isolation, job
 from rnnexp.measure.measurer import Ready
-from rnnexp.measure.timing import Progress, Samples
+from rnnexp.measure.records import Samples
+from rnnexp.measure.timing import Progress
 from rnnexp.results.result import Interleaving
 from rnnexp.run import blocks, counting, overlap, schedule
 from rnnexp.run.drift import UNKNOWN, Drift

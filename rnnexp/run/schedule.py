@@ -31,9 +31,7 @@ from rnnexp.machine.environment import Environment
 from rnnexp.measure import job
 from rnnexp.measure.isolation import Host
 from rnnexp.measure.measurer import Finished, Ready
-from rnnexp.measure.profiling import ProfileInfo
-from rnnexp.measure.records import PhaseMemory
-from rnnexp.measure.timing import Samples
+from rnnexp.measure.records import PhaseMemory, ProfileInfo, Samples
 from rnnexp.results import stats
 from rnnexp.results.result import Interleaving
 from rnnexp.run.drift import UNKNOWN, Drift

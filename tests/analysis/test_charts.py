@@ -11,7 +11,7 @@ import pytest
 from rnnexp.analysis import compare_chart
 from rnnexp.analysis.significance import Difference
 from rnnexp.analysis.sweeps import Run
-from rnnexp.measure.timing import Samples
+from rnnexp.measure.records import Samples
 from rnnexp.models.work import Work
 from rnnexp.results import summary
 from rnnexp.results.result import OK, Result, Row, phase_stats

@@ -19,7 +19,7 @@ from rnnexp.analysis import compare, compare_render, significance
 from rnnexp.analysis.significance import Level
 from rnnexp.app.commands import run_command
 from rnnexp.machine.environment import BUSY, Environment
-from rnnexp.measure.timing import Samples
+from rnnexp.measure.records import Samples
 from rnnexp.results import exit_codes
 from rnnexp.results.result import OK, Interleaving, Result, phase_stats
 from rnnexp.results.sinks import load_jobs

@@ -21,8 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from rnnexp.analysis.report import figures, model, render
 from rnnexp.app.commands import run_command
-from rnnexp.measure.timing import Samples
-from rnnexp.measure.verify import Verification
+from rnnexp.measure.records import Samples, Verification
 from rnnexp.results import exit_codes
 from rnnexp.results.result import INVALID, OK, UNSUPPORTED, Interleaving, phase_stats
 from rnnexp.results.sinks import load_jobs

@@ -23,7 +23,8 @@ from rnnexp.config.schema import ShapeConfig
 from rnnexp.machine import emulation
 from rnnexp.machine.platform import Platform
 from rnnexp.measure import rounding
-from rnnexp.measure.verify import MULTIPLE, Verification, failure_line, verify
+from rnnexp.measure.records import Verification
+from rnnexp.measure.verify import MULTIPLE, failure_line, verify
 from rnnexp.models import native, plugin
 from rnnexp.models.workload import WorkloadSpec
 

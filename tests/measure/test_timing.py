@@ -168,7 +168,8 @@ def test_one_process_stops_once_its_median_is_known_well_enough(cls, expected, s
     """The scheduler's rule for a lone process (bench.processes=1 with a precision target),
     asked after every sample as a round of one would."""
     from rnnexp.config.schema import BenchConfig
-    from rnnexp.measure.timing import Samples, Timer
+    from rnnexp.measure.records import Samples
+    from rnnexp.measure.timing import Timer
     from rnnexp.run import schedule
 
     bench = BenchConfig(iters=60, min_iters=10, precision=0.02, processes=1, max_processes=1)

@@ -2,8 +2,7 @@
 
 from rich.console import Console
 
-from rnnexp.measure.timing import Samples
-from rnnexp.measure.verify import Verification
+from rnnexp.measure.records import Samples, Verification
 from rnnexp.models.work import Work
 from rnnexp.results.report import results_table
 from rnnexp.results.result import INVALID, OK, UNSUPPORTED, Result, phase_stats

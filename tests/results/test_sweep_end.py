@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rnnexp.measure.timing import Samples
+from rnnexp.measure.records import Samples
 from rnnexp.models.work import Work
 from rnnexp.results import job_links, summary
 from rnnexp.results.result import OK, UNSUPPORTED, Result, phase_stats

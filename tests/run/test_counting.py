@@ -12,7 +12,7 @@ import pytest
 from rnnexp.config.schema import validate
 from rnnexp.errors import JobCrashed, RnnexpError
 from rnnexp.measure import job
-from rnnexp.measure.timing import Samples
+from rnnexp.measure.records import Samples
 from rnnexp.run import counting
 from tests.conftest import choices_of, compose_cfg
 

@@ -10,7 +10,7 @@ import torch
 
 from rnnexp.config.schema import BenchConfig
 from rnnexp.machine import environment
-from rnnexp.measure.timing import Samples
+from rnnexp.measure.records import Samples
 from rnnexp.results import cache, stats
 from rnnexp.results.identity import MeasurementKey
 from rnnexp.run import drift, schedule

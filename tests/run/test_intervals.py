@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from rnnexp.config.schema import BenchConfig
-from rnnexp.measure.timing import Samples
+from rnnexp.measure.records import Samples
 from rnnexp.results import stats
 from rnnexp.run import schedule
 

@@ -18,8 +18,7 @@ from rnnexp.analysis import roofline_chart, sweeps
 from rnnexp.app.commands import run_command
 from rnnexp.app.config_check import check
 from rnnexp.errors import RnnexpError
-from rnnexp.measure.timing import Samples
-from rnnexp.measure.verify import Verification
+from rnnexp.measure.records import Samples, Verification
 from rnnexp.models.work import Work
 from rnnexp.results import cache as cache_folder
 from rnnexp.results.report import percent, results_table

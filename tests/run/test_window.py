@@ -15,8 +15,7 @@ from rnnexp.config.schema import validate
 from rnnexp.errors import JobCrashed, RnnexpError
 from rnnexp.measure import job
 from rnnexp.measure.measurer import Finished, Ready, Round
-from rnnexp.measure.timing import Samples
-from rnnexp.measure.verify import Verification
+from rnnexp.measure.records import Samples, Verification
 from rnnexp.models.work import Work
 from rnnexp.run import blocks, interleave, schedule
 from rnnexp.run.drift import UNKNOWN
