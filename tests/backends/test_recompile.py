@@ -1,6 +1,11 @@
 """Compilations never pass for kernel time: a job that compiled inside its timed iterations is
 `recompiled` (no rates), and dynamic_eltwise compiles once for dynamic shapes under inductor."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -50,6 +55,44 @@ def test_torchscript_plan_is_unchanged_over_a_steady_timed_loop():
     overrides = [*TINY, "model=jit", "backend=aten", "device=cpu"]
     result = _execute(overrides, {"model": "jit", "backend": "aten"})
     assert result.status == OK and result.reason == ""
+
+
+OPTIMISED = "Optimized Graph:"  # what TorchScript's executor logs each time it optimises a graph
+
+AFTER_BUILD = textwrap.dedent("""
+    import sys
+    from rnnexp.app.config_check import check
+    from rnnexp.config import schema
+    from rnnexp.measure import job
+    from rnnexp.measure.measurer import Measurer
+    overrides = sys.argv[2:]
+    schema.register(with_deepbench=False)
+    (cfg,) = check(overrides, multirun=False)
+    measurer = Measurer(job.plan(cfg, {"model": sys.argv[1], "backend": "aten"}, overrides),
+                        verify_model=False)
+    measurer.build(one_thread=True)
+    print("=== built", file=sys.stderr, flush=True)
+    measurer.warm()
+    measurer.round(2, 1)
+""")
+
+
+@pytest.mark.parametrize("model", ["jit_premul", "jit_gru"])
+def test_a_scripted_loop_is_optimised_before_warm_up(model):
+    """The backend's untimed runs leave nothing for TorchScript's nested executors to
+    optimise: warm-up (one worker at a time, on the timed threads) and the timed rounds
+    compile nothing. Seen in the executor's own log, not in timings."""
+    overrides = [f"model={model}", "backend=aten", "device=cpu", "shape=small",
+                 "bench.warmup=2"]
+    proc = subprocess.run([sys.executable, "-c", AFTER_BUILD, model, *overrides],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ,
+                               "PYTORCH_JIT_LOG_LEVEL": ">>profiling_graph_executor_impl"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    building, _, after = proc.stderr.partition("=== built")
+    assert after, proc.stderr[-2000:]
+    assert building.count(OPTIMISED) >= 3  # the log is on: the forward's, nested ones
+    assert after.count(OPTIMISED) == 0
 
 
 def test_a_changed_torchscript_plan_while_timed_is_reported():
