@@ -197,37 +197,44 @@ def handle(slots: dict[int, Measurer], request: tuple, foreign_platform: bool = 
            ) -> tuple:
     """One request for one slot, answered ("ok", value) or as the error that ended that
     slot's configuration here: ("error", type name, line) or ("crash", line)."""
-    kind, slot = request[0], request[1]
-    measurer = slots.get(slot)
     try:
-        if kind in ("add", "build"):
-            planned, verify_model = request[2], request[3]
-            if foreign_platform:
-                planned.plat = platform_mod.current()
-            measurer = slots[slot] = Measurer(planned, verify_model=verify_model)
-            if kind == "build":
-                measurer.build(one_thread=True)
-                return ("ok", None)
-            return ("ok", _ready(measurer, measurer.setup(), foreign_platform))
-        if measurer is None:
-            raise errors.JobCrashed(f"slot {slot} of this worker was never set up")
-        if kind == "warm":
-            return ("ok", _ready(measurer, measurer.warm(), foreign_platform))
-        if kind == "round":
-            return ("ok", measurer.round(request[2], request[3]))
-        slots.pop(slot)
-        if kind == "finish":
-            return ("ok", measurer.finish())
-        measurer.close()  # drop
-        return ("ok", None)
+        return ("ok", serve(slots, request, foreign_platform))
     except errors.RnnexpError as err:
-        _drop(slots, slot)
+        _drop(slots, request[1])
         return ("error", type(err).__name__, str(err))
     except Exception as err:  # the parent records a crash of this configuration
         if errors.full_error():  # as for the job's own process
             traceback.print_exc()
-        _drop(slots, slot)
-        return ("crash", crash_line(measurer, request, err))
+        return ("crash", crash_line(_drop(slots, request[1]), request, err))
+
+
+def serve(slots: dict[int, Measurer], request: tuple, foreign_platform: bool = False) -> Any:
+    """One request of Host's for one slot, in this process: its answer, or the error that
+    ended that slot's configuration (raised; the caller drops the slot). A worker answers
+    through `handle`, the job's own process through Local."""
+    kind, slot = request[0], request[1]
+    if kind in ("add", "build"):
+        planned, verify_model = request[2], request[3]
+        if foreign_platform:
+            planned.plat = platform_mod.current()
+        measurer = slots[slot] = Measurer(planned, verify_model=verify_model)
+        if kind == "build":
+            measurer.build(one_thread=True)
+            return None
+        return _ready(measurer, measurer.setup(), foreign_platform)
+    measurer = slots.get(slot)
+    if measurer is None:
+        raise errors.JobCrashed(f"slot {slot} of this process was never set up")
+    if kind == "warm":
+        return _ready(measurer, measurer.warm(), foreign_platform)
+    if kind == "round":
+        return measurer.round(request[2], request[3])
+    if kind == "finish":
+        finished = measurer.finish()  # a crash in it is still this slot's: named by its plan
+        slots.pop(slot)
+        return finished
+    _drop(slots, slot)
+    return None
 
 
 def _ready(measurer: Measurer, ready: Ready, foreign_platform: bool) -> Ready:
@@ -300,29 +307,14 @@ class Local:
         self._error: Optional[BaseException] = None
 
     def request(self, *message: Any) -> None:
-        kind, slot = message[0], message[1]
         self._answer, self._error = None, None
         try:
-            if kind in ("add", "build"):
-                self._slots[slot] = Measurer(message[2], verify_model=message[3])
-                if kind == "build":
-                    self._slots[slot].build(one_thread=True)
-                else:
-                    self._answer = self._slots[slot].setup()
-            elif slot not in self._slots:
-                raise errors.JobCrashed(f"slot {slot} of this process was never set up")
-            elif kind == "warm":
-                self._answer = self._slots[slot].warm()
-            elif kind == "round":
-                self._answer = self._slots[slot].round(message[2], message[3])
-            else:
-                measurer = self._slots.pop(slot)
-                self._answer = measurer.finish() if kind == "finish" else measurer.close()
+            self._answer = serve(self._slots, message)
         except errors.RnnexpError as err:
-            _drop(self._slots, slot)
+            _drop(self._slots, message[1])
             self._error = err
         except Exception as err:
-            crash = errors.JobCrashed(crash_line(_drop(self._slots, slot), message, err))
+            crash = errors.JobCrashed(crash_line(_drop(self._slots, message[1]), message, err))
             crash.__cause__ = err  # shown with HYDRA_FULL_ERROR=1, as any crash here
             self._error = crash
 

@@ -159,3 +159,25 @@ def test_a_set_up_in_two_steps_builds_on_one_thread_and_warms_up_on_its_own(
     host.request("warm", 1)  # never built
     with pytest.raises(JobCrashed, match="never set up"):
         host.answer()
+
+
+@pytest.mark.parametrize("make", [isolation.Local, isolation.Worker], ids=["local", "worker"])
+def test_both_hosts_answer_a_request_the_same_way(make):
+    """The job's own process and a worker serve requests with one dispatch
+    (isolation.serve): an unknown slot is a crash of that configuration, a dropped slot
+    is gone, and the host goes on answering."""
+    host = make()
+    try:
+        host.request("warm", 7)
+        with pytest.raises(JobCrashed, match="slot 7 of this process was never set up"):
+            host.answer()
+        host.request("build", 0, planned(), True)
+        assert host.answer() is None
+        host.request("drop", 0)
+        assert host.answer() is None
+        host.request("round", 0, 1, 1)
+        with pytest.raises(JobCrashed, match="never set up"):
+            host.answer()
+    finally:
+        host.exit()
+        host.close()
