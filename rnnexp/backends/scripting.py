@@ -119,9 +119,10 @@ class PlanState:
         same = zip(self.plans, other.plans, strict=True)
         if self.last is other.last and all(a is b for a, b in same):
             return True
-        return self._printed() == other._printed()
+        return self.printed() == other.printed()
 
-    def _printed(self) -> tuple:
+    def printed(self) -> tuple:
+        """The plans' graphs and the last one as text: equal for the same plan."""
         return (tuple(sorted(str(g) for g in self.plans)),
                 str(self.last) if self.last is not None else "")
 
