@@ -125,4 +125,3 @@ class PlanState:
         """The plans' graphs and the last one as text: equal for the same plan."""
         return (tuple(sorted(str(g) for g in self.plans)),
                 str(self.last) if self.last is not None else "")
-
