@@ -301,8 +301,10 @@ class Level:
 
     def shared_parts(self) -> list[tuple[float, float]]:
         """(variance, degrees of freedom) of what is known from elsewhere, an estimate the
-        other side's level usually shares: the drift between runs."""
-        return [(self.drift ** 2, drift_degrees_of_freedom(self.drift_runs))]  # type: ignore[operator]
+        other side's level usually shares: the drift between runs. Only for a level whose
+        drift is known (between_runs says "cannot tell" before asking otherwise)."""
+        assert self.drift is not None, "a level with no drift shares no estimate"
+        return [(self.drift ** 2, drift_degrees_of_freedom(self.drift_runs))]
 
 
 def drift_df(*runs: int) -> float:
